@@ -1,0 +1,1 @@
+"""Local embeddings and the LanceDB vector index (never imports server/)."""

@@ -1,0 +1,127 @@
+"""Builds the FastAPI app: opens the stores, mounts the routers, renders every error alike."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from server import __version__
+from server.auth import KeyRing
+from server.clock import Clock, utc_now
+from server.config import Settings
+from server.deps import Services
+from server.errors import error_body, install_error_handlers
+from server.memory import MemoryService
+from server.routes import context, keys, messages, ops
+from server.store import Store
+
+log = logging.getLogger(__name__)
+
+
+def open_services(settings: Settings, *, clock: Clock = utc_now) -> Services:
+    """Open the stores and build the services (also used by the CLI)."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    store = Store(settings.sqlite_path, busy_timeout_ms=settings.busy_timeout_ms, clock=clock)
+    return Services(
+        settings=settings,
+        store=store,
+        keys=KeyRing(store, settings.admin_key),
+        memory=MemoryService(store, settings, clock=clock),
+    )
+
+
+def create_app(settings: Settings, *, clock: Clock = utc_now) -> FastAPI:
+    """The ASGI app. Stores open at start-up and close at shutdown."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        services = open_services(settings, clock=clock)
+        app.state.services = services
+        log.info("memory server %s ready, data in %s", __version__, settings.data_dir)
+        try:
+            yield
+        finally:
+            services.store.close()
+
+    app = FastAPI(
+        title="Memory server",
+        version=__version__,
+        description="Conversation memory for AI agents: turns, context, facts, forgetting.",
+        lifespan=lifespan,
+        # JSON is the only body format, so a body without a Content-Type is read as JSON.
+        strict_content_type=False,
+    )
+    install_error_handlers(app)
+    for router in (ops.router, keys.router, messages.router, context.router):
+        app.include_router(router)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    return app
+
+
+class BodyLimit:
+    """Refuses bodies over the limit with 413, whether announced by Content-Length or streamed."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None:
+            try:
+                too_big = int(declared) > self.max_bytes
+            except ValueError:
+                too_big = False
+            if too_big:
+                await _refuse(send, self.max_bytes)
+                return
+        body = bytearray()
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body.extend(message.get("body", b""))
+            if len(body) > self.max_bytes:
+                await _refuse(send, self.max_bytes)
+                return
+            more = message.get("more_body", False)
+        await self.app(scope, _replay(bytes(body), receive), send)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+async def _refuse(send: Send, max_bytes: int) -> None:
+    payload = json.dumps(
+        error_body(413, "body_too_large", f"request body is larger than {max_bytes} bytes")
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})

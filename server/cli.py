@@ -1,0 +1,122 @@
+"""The memory-server command: serve, keys, forget."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from pydantic import ValidationError
+
+from server import __version__, validation
+from server.config import Settings, load_settings
+from server.errors import ApiError
+
+
+def _serve(settings: Settings, _: argparse.Namespace) -> int:
+    import uvicorn
+
+    from server.app import create_app
+
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        # One process: the SQLite writer, the encoder and the indexer live in it.
+        workers=1,
+    )
+    return 0
+
+
+def _keys(settings: Settings, args: argparse.Namespace) -> int:
+    from server.app import open_services
+
+    services = open_services(settings)
+    try:
+        if args.keys_command == "create":
+            agents = [a for a in (args.agents or "").split(",") if a]
+            made = services.keys.create(args.scope, agents)
+            print(
+                json.dumps(
+                    {
+                        "id": made.key.id,
+                        "key": made.secret,
+                        "scope": made.key.scope,
+                        "agents": made.key.agents,
+                    }
+                )
+            )
+        elif args.keys_command == "list":
+            for key in services.keys.list():
+                state = f"revoked {key.revoked_at}" if key.revoked_at else "active"
+                listed = ",".join(key.agents)
+                print(f"{key.id}\t{key.scope}\t{listed}\t{key.created_at}\t{state}")
+        else:
+            services.keys.revoke(args.id)
+            print(f"revoked {args.id}")
+    finally:
+        services.store.close()
+    return 0
+
+
+def _forget(settings: Settings, args: argparse.Namespace) -> int:
+    from server.app import open_services
+
+    agent = validation.agent_name(args.agent)
+    phone = validation.phone_number(args.phone)
+    services = open_services(settings)
+    try:
+        gone = services.memory.forget_person(agent, phone)
+        print(json.dumps({"deleted": dataclasses.asdict(gone)}))
+    finally:
+        services.store.close()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="memory-server", description="Conversation memory for AI agents, over HTTP."
+    )
+    parser.add_argument("--version", action="version", version=__version__)
+    commands = parser.add_subparsers(dest="command")
+    commands.add_parser("serve", help="run the HTTP server (the default)")
+
+    keys = commands.add_parser("keys", help="create, list or revoke API keys")
+    key_commands = keys.add_subparsers(dest="keys_command", required=True)
+    create = key_commands.add_parser("create", help="create a key and print it once")
+    create.add_argument("--scope", required=True, help="admin, staff or agent:<agent>")
+    create.add_argument("--agents", help="staff keys: comma-separated agents (default all)")
+    key_commands.add_parser("list", help="list keys (never their secrets)")
+    revoke = key_commands.add_parser("revoke", help="revoke a key by id")
+    revoke.add_argument("id")
+
+    forget = commands.add_parser("forget", help="erase a person's data for one agent")
+    forget.add_argument("--agent", required=True)
+    forget.add_argument("--phone", required=True, help="E.164, e.g. +15551234567")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # The model is bundled; nothing may be fetched from a hub at run time.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    args = build_parser().parse_args(argv)
+    try:
+        settings = load_settings()
+    except ValidationError as exc:
+        print(f"memory-server: invalid settings:\n{exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    handlers = {"serve": _serve, None: _serve, "keys": _keys, "forget": _forget}
+    try:
+        return handlers[args.command](settings, args)
+    except ApiError as exc:
+        print(f"memory-server: {exc.message}", file=sys.stderr)
+        return 2

@@ -1,0 +1,84 @@
+"""Every setting of the server, read once from the environment (prefix MEMORY_)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+_PLACEHOLDER_SECRETS = {"changeme", "change-me", "secret", "admin", "password", "test"}
+
+
+class Settings(BaseSettings):
+    """Server settings. Each field maps to the environment variable MEMORY_<NAME>."""
+
+    model_config = SettingsConfigDict(env_prefix="MEMORY_", extra="ignore", populate_by_name=True)
+
+    data_dir: Path = Field(
+        Path("./data"), description="Folder for the SQLite database and LanceDB."
+    )
+    host: str = Field("127.0.0.1", description="Address the HTTP server binds to.")
+    port: int = Field(8080, ge=1, le=65535, description="Port the HTTP server listens on.")
+    admin_key: str | None = Field(
+        None, description="Bootstrap admin key (at least 16 characters). Unset: no bootstrap key."
+    )
+    log_level: str = Field("info", description="Log level: debug, info, warning or error.")
+
+    max_body_bytes: int = Field(1_048_576, ge=1024, description="Largest request body; 413 beyond.")
+    max_message_chars: int = Field(32_000, ge=1, description="Largest message content, characters.")
+    max_memory_chars: int = Field(2_000, ge=1, description="Largest memory content, characters.")
+    busy_timeout_ms: int = Field(
+        10_000, ge=0, description="How long SQLite waits for a lock held by another process."
+    )
+
+    budget_chars: int = Field(12_000, ge=0, description="Default character budget of history.")
+    max_messages: int = Field(60, ge=0, description="Default most turns in a context's history.")
+    top_k: int = Field(10, ge=0, description="Default number of facts in a context.")
+    similarity_threshold: float = Field(
+        0.7, ge=-1.0, le=1.0, description="Default cosine floor for facts in a context."
+    )
+    embedding_model: str = Field(
+        DEFAULT_MODEL,
+        description="sentence-transformers model name or local path; default the bundled MiniLM.",
+    )
+    llm_base_url: str | None = Field(None, description="OpenAI-compatible base URL.")
+    llm_api_key: str | None = Field(
+        None,
+        validation_alias=AliasChoices("MEMORY_LLM_API_KEY", "OPENAI_API_KEY"),
+        description="API key for the model (falls back to OPENAI_API_KEY).",
+    )
+    llm_model: str = Field("gpt-4o-mini", description="Model name for compaction.")
+    llm_api: Literal["responses", "chat"] = Field(
+        "responses", description="Responses API, or Chat Completions for servers without it."
+    )
+
+    @field_validator("admin_key")
+    @classmethod
+    def _refuse_weak_admin_key(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        if len(value) < 16 or value.lower() in _PLACEHOLDER_SECRETS:
+            raise ValueError(
+                "MEMORY_ADMIN_KEY must be at least 16 characters and not a placeholder"
+            )
+        return value
+
+    @property
+    def sqlite_path(self) -> Path:
+        return self.data_dir / "memory.db"
+
+    @property
+    def lance_path(self) -> Path:
+        return self.data_dir / "lance"
+
+    @property
+    def llm_enabled(self) -> bool:
+        return bool(self.llm_base_url or self.llm_api_key)
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build settings from the environment; tests pass overrides instead."""
+    return Settings(**overrides)  # type: ignore[arg-type]

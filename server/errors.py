@@ -1,0 +1,139 @@
+"""One exception per failure, each carrying its HTTP status, and the one JSON error shape."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    """Base of every error the API returns on purpose."""
+
+    status: ClassVar[int] = 400
+    code: ClassVar[str] = "bad_request"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class Unauthorized(ApiError):
+    status = 401
+    code = "unauthorized"
+
+
+class Forbidden(ApiError):
+    status = 403
+    code = "forbidden"
+
+
+class NotFound(ApiError):
+    status = 404
+    code = "not_found"
+
+
+class Conflict(ApiError):
+    status = 409
+    code = "conflict"
+
+
+class BodyTooLarge(ApiError):
+    status = 413
+    code = "body_too_large"
+
+
+class InvalidInput(ApiError):
+    """422 with a specific code, such as invalid_phone or invalid_agent."""
+
+    status = 422
+    code = "invalid_request"
+
+    def __init__(self, message: str, code: str = "invalid_request") -> None:
+        super().__init__(message)
+        self.specific_code = code
+
+
+class Unavailable(ApiError):
+    status = 503
+    code = "unavailable"
+
+
+def error_body(status: int, code: str, message: str) -> dict[str, Any]:
+    return {"error": {"status": status, "code": code, "message": message}}
+
+
+def error_response(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse(error_body(status, code, message), status_code=status)
+
+
+# Body fields whose validation errors get their own code.
+_FIELD_CODES = {
+    "phone": "invalid_phone",
+    "agent": "invalid_agent",
+    "agents": "invalid_agent",
+    "role": "invalid_role",
+    "content": "invalid_content",
+    "number": "invalid_number",
+    "created_at": "invalid_date",
+    "start_date": "invalid_date",
+    "end_date": "invalid_date",
+    "since": "invalid_date",
+    "until": "invalid_date",
+    "scope": "invalid_scope",
+}
+
+
+def _validation_code(errors: list[dict[str, Any]]) -> str:
+    first = errors[0] if errors else {}
+    kind = str(first.get("type", ""))
+    loc = [str(part) for part in first.get("loc", ())]
+    if kind == "json_invalid":
+        return "invalid_json"
+    if kind == "extra_forbidden":
+        return "unknown_field"
+    if kind == "missing":
+        return "missing_field"
+    for part in reversed(loc):
+        if part in _FIELD_CODES:
+            return _FIELD_CODES[part]
+    return "invalid_request"
+
+
+def _validation_message(errors: list[dict[str, Any]]) -> str:
+    parts = []
+    for err in errors[:5]:
+        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Render every error, expected or not, in the one JSON shape."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        code = exc.specific_code if isinstance(exc, InvalidInput) else exc.code
+        return error_response(exc.status, code, exc.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [dict(e) for e in exc.errors()]
+        return error_response(422, _validation_code(errors), _validation_message(errors))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        codes = {400: "invalid_body", 404: "not_found", 405: "method_not_allowed"}
+        code = codes.get(exc.status_code, "http_error")
+        return error_response(exc.status_code, code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        return error_response(500, "internal_error", "internal error")

@@ -1,0 +1,159 @@
+"""Turns of a conversation: store, list, export, and forget a person."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Response, status
+
+from server import validation
+from server.deps import AgentDep, PhoneDep, PrincipalDep, ServicesDep
+from server.schemas import (
+    DeletedCounts,
+    ExportedMemory,
+    ExportOut,
+    ForgetOut,
+    HistoryOut,
+    MessageCreate,
+    MessageOut,
+    MessagePage,
+    MessageStored,
+    SummaryOut,
+)
+from server.store import Memory, Message
+
+router = APIRouter(prefix="/v1/agents/{agent}/people/{phone}", tags=["conversation"])
+
+
+@router.post(
+    "/messages",
+    status_code=status.HTTP_201_CREATED,
+    response_model=MessageStored,
+    responses={200: {"model": MessageStored, "description": "Duplicate event_id: nothing stored."}},
+)
+def store_message(
+    principal: PrincipalDep,
+    agent: AgentDep,
+    phone: PhoneDep,
+    body: MessageCreate,
+    services: ServicesDep,
+    response: Response,
+) -> MessageStored:
+    """Store one turn. The same event_id again stores nothing and answers 200."""
+    principal.require_write(agent)
+    content = validation.text_content(body.content, limit=services.settings.max_message_chars)
+    number = validation.phone_number(body.number, code="invalid_number") if body.number else None
+    created_at = validation.timestamp(body.created_at) if body.created_at else None
+    message_id, stored = services.memory.remember(
+        agent,
+        phone,
+        role=body.role,
+        content=content,
+        event_id=body.event_id,
+        number=number,
+        created_at=created_at,
+    )
+    if not stored:
+        response.status_code = status.HTTP_200_OK
+    return MessageStored(id=message_id, stored=stored)
+
+
+@router.get("/messages", response_model=MessagePage)
+def list_messages(
+    principal: PrincipalDep,
+    agent: AgentDep,
+    phone: PhoneDep,
+    services: ServicesDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    before_id: Annotated[int | None, Query(ge=1, le=2**62)] = None,
+) -> MessagePage:
+    """Recent and archived turns, newest first, a page at a time."""
+    principal.require_read(agent)
+    items, cursor = services.memory.list_messages(agent, phone, limit=limit, before_id=before_id)
+    return MessagePage(items=[message_out(m) for m in items], next_before_id=cursor)
+
+
+@router.get("/export", response_model=ExportOut)
+def export_person(
+    principal: PrincipalDep, agent: AgentDep, phone: PhoneDep, services: ServicesDep
+) -> ExportOut:
+    """Everything stored about the person for this agent."""
+    principal.require_read(agent)
+    found = services.memory.export_person(agent, phone)
+    summary = found.summary
+    return ExportOut(
+        agent=agent,
+        phone=phone,
+        exported_at=services.memory.now(),
+        messages=[message_out(m) for m in found.messages],
+        summary=SummaryOut(
+            text=summary.text, through_id=summary.through_id, updated_at=summary.updated_at
+        )
+        if summary
+        else None,
+        memories=[
+            ExportedMemory(
+                **memory_fields(m),
+                history=[
+                    HistoryOut(
+                        action=h.action,
+                        actor=h.actor,
+                        old_content=h.old_content,
+                        new_content=h.new_content,
+                        at=h.at,
+                    )
+                    for h in found.history.get(m.id, [])
+                ],
+            )
+            for m in found.memories
+        ],
+    )
+
+
+@router.delete("", response_model=ForgetOut)
+def forget_person(
+    principal: PrincipalDep, agent: AgentDep, phone: PhoneDep, services: ServicesDep
+) -> ForgetOut:
+    """Erase the person: turns, summary, memories and their history, vectors."""
+    principal.require_write(agent)
+    gone = services.memory.forget_person(agent, phone)
+    return ForgetOut(
+        deleted=DeletedCounts(
+            messages=gone.messages,
+            memories=gone.memories,
+            summaries=gone.summaries,
+            vectors=gone.vectors,
+        )
+    )
+
+
+def message_out(message: Message) -> MessageOut:
+    return MessageOut(
+        id=message.id,
+        role=message.role,
+        content=message.content,
+        created_at=message.created_at,
+        archived=message.archived,
+        event_id=message.event_id,
+        number=message.number,
+    )
+
+
+def memory_fields(memory: Memory) -> dict[str, Any]:
+    return {
+        "id": memory.id,
+        "agent": memory.agent,
+        "phone": memory.phone,
+        "content": memory.content,
+        "type": memory.type,
+        "status": memory.status,
+        "confidence": memory.confidence,
+        "source": memory.source,
+        "metadata": memory.metadata,
+        "session_id": memory.session_id,
+        "task_id": memory.task_id,
+        "graph_id": memory.graph_id,
+        "created_at": memory.created_at,
+        "updated_at": memory.updated_at,
+        "expires_at": memory.expires_at,
+    }

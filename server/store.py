@@ -1,0 +1,597 @@
+"""SQLite storage: schema, migrations and every query. The only module that writes SQL."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from server.clock import Clock, format_time, utc_now
+
+# Each migration runs in its own transaction together with its record in schema_migrations.
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE messages (
+        id INTEGER PRIMARY KEY,
+        agent TEXT NOT NULL,
+        phone TEXT NOT NULL,
+        event_id TEXT,
+        number TEXT,
+        role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+        content TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        stored_at TEXT NOT NULL,
+        archived INTEGER NOT NULL DEFAULT 0
+    );
+    -- Idempotency per agent: one agent can never claim (and so drop) another agent's event ids.
+    CREATE UNIQUE INDEX messages_event ON messages (agent, event_id) WHERE event_id IS NOT NULL;
+    CREATE INDEX messages_person ON messages (agent, phone, id);
+    CREATE INDEX messages_window ON messages (agent, phone, archived, id);
+
+    CREATE TABLE summaries (
+        agent TEXT NOT NULL,
+        phone TEXT NOT NULL,
+        text TEXT NOT NULL,
+        through_id INTEGER,
+        updated_at TEXT NOT NULL,
+        PRIMARY KEY (agent, phone)
+    );
+
+    CREATE TABLE memories (
+        id TEXT PRIMARY KEY,
+        agent TEXT NOT NULL,
+        phone TEXT,
+        content TEXT NOT NULL,
+        type TEXT NOT NULL CHECK (type IN ('fact', 'preference', 'context')),
+        status TEXT NOT NULL CHECK (status IN ('pending', 'approved', 'rejected')),
+        confidence REAL,
+        source TEXT NOT NULL CHECK (source IN ('manual', 'extracted')),
+        metadata TEXT NOT NULL DEFAULT '{}',
+        session_id TEXT,
+        task_id TEXT,
+        graph_id TEXT,
+        source_turns TEXT NOT NULL DEFAULT '[]',
+        seen_count INTEGER NOT NULL DEFAULT 1,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        expires_at TEXT
+    );
+    CREATE INDEX memories_person ON memories (agent, phone, status, created_at);
+    CREATE INDEX memories_agent ON memories (agent, created_at);
+
+    CREATE TABLE memory_history (
+        id INTEGER PRIMARY KEY,
+        memory_id TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        phone TEXT,
+        action TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        old_content TEXT,
+        new_content TEXT,
+        at TEXT NOT NULL
+    );
+    CREATE INDEX memory_history_memory ON memory_history (memory_id, id);
+    CREATE INDEX memory_history_person ON memory_history (agent, phone);
+
+    CREATE TABLE keys (
+        id TEXT PRIMARY KEY,
+        hash TEXT NOT NULL UNIQUE,
+        scope TEXT NOT NULL,
+        agents TEXT NOT NULL DEFAULT '[]',
+        created_at TEXT NOT NULL,
+        revoked_at TEXT
+    );
+
+    CREATE TABLE agent_settings (
+        agent TEXT PRIMARY KEY,
+        settings TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+    );
+
+    -- Work for the vector indexer: which row (kind, ref_id) must be (re)embedded or removed.
+    CREATE TABLE outbox (
+        id INTEGER PRIMARY KEY,
+        kind TEXT NOT NULL,
+        ref_id TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        phone TEXT,
+        enqueued_at TEXT NOT NULL
+    );
+    """,
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    id: int
+    agent: str
+    phone: str
+    event_id: str | None
+    number: str | None
+    role: str
+    content: str
+    created_at: str
+    archived: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    text: str
+    through_id: int | None
+    updated_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    id: str
+    agent: str
+    phone: str | None
+    content: str
+    type: str
+    status: str
+    confidence: float | None
+    source: str
+    metadata: dict[str, Any]
+    session_id: str | None
+    task_id: str | None
+    graph_id: str | None
+    source_turns: list[int]
+    seen_count: int
+    created_at: str
+    updated_at: str
+    expires_at: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    memory_id: str
+    action: str
+    actor: str
+    old_content: str | None
+    new_content: str | None
+    at: str
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    id: str
+    scope: str
+    agents: list[str]
+    created_at: str
+    revoked_at: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PersonErasure:
+    messages: int
+    memories: int
+    summaries: int
+    history: int
+
+
+_MESSAGE_COLUMNS = "id, agent, phone, event_id, number, role, content, created_at, archived"
+_MEMORY_COLUMNS = (
+    "id, agent, phone, content, type, status, confidence, source, metadata, session_id, task_id,"
+    " graph_id, source_turns, seen_count, created_at, updated_at, expires_at"
+)
+
+
+def _message(row: sqlite3.Row) -> Message:
+    return Message(
+        id=row["id"],
+        agent=row["agent"],
+        phone=row["phone"],
+        event_id=row["event_id"],
+        number=row["number"],
+        role=row["role"],
+        content=row["content"],
+        created_at=row["created_at"],
+        archived=bool(row["archived"]),
+    )
+
+
+def _memory(row: sqlite3.Row) -> Memory:
+    return Memory(
+        id=row["id"],
+        agent=row["agent"],
+        phone=row["phone"],
+        content=row["content"],
+        type=row["type"],
+        status=row["status"],
+        confidence=row["confidence"],
+        source=row["source"],
+        metadata=json.loads(row["metadata"]),
+        session_id=row["session_id"],
+        task_id=row["task_id"],
+        graph_id=row["graph_id"],
+        source_turns=json.loads(row["source_turns"]),
+        seen_count=row["seen_count"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        expires_at=row["expires_at"],
+    )
+
+
+def _key(row: sqlite3.Row) -> ApiKey:
+    return ApiKey(
+        id=row["id"],
+        scope=row["scope"],
+        agents=json.loads(row["agents"]),
+        created_at=row["created_at"],
+        revoked_at=row["revoked_at"],
+    )
+
+
+class Store:
+    """SQLite in WAL mode: one writer connection behind a lock, a read connection per thread."""
+
+    def __init__(self, path: Path, *, busy_timeout_ms: int = 10_000, clock: Clock = utc_now):
+        self.path = path
+        self._busy_timeout_ms = busy_timeout_ms
+        self._clock = clock
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._write_lock = threading.RLock()
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._writer = self._connect()
+        self._writer.execute("PRAGMA journal_mode = WAL")
+        self._migrate()
+
+    # -- connections -------------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path,
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=self._busy_timeout_ms / 1000,
+        )
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        # Deleted content is overwritten with zeros, so forgotten text leaves the file.
+        conn.execute("PRAGMA secure_delete = ON")
+        return conn
+
+    def _reader(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            self._local.conn = conn
+            with self._readers_lock:
+                self._readers.append(conn)
+        return conn
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._write_lock:
+            conn = self._writer
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def close(self) -> None:
+        with self._readers_lock:
+            for conn in self._readers:
+                conn.close()
+            self._readers.clear()
+        with self._write_lock:
+            self._writer.close()
+
+    def _now(self) -> str:
+        return format_time(self._clock())
+
+    def _migrate(self) -> None:
+        with self._transaction() as conn:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations"
+                " (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
+            )
+            done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+        for version, script in enumerate(MIGRATIONS, start=1):
+            if version in done:
+                continue
+            with self._transaction() as conn:
+                for statement in _statements(script):
+                    conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
+                    (version, self._now()),
+                )
+
+    def schema_version(self) -> int:
+        row = self._reader().execute("SELECT MAX(version) FROM schema_migrations").fetchone()
+        return int(row[0] or 0)
+
+    # -- messages ----------------------------------------------------------------------------
+
+    def insert_message(
+        self,
+        *,
+        agent: str,
+        phone: str,
+        role: str,
+        content: str,
+        event_id: str | None,
+        number: str | None,
+        created_at: str | None,
+    ) -> tuple[int, bool]:
+        """Store a turn and queue it for the indexer. Returns (id, stored); a known event_id
+        returns the first turn's id and stores nothing."""
+        now = self._now()
+        with self._transaction() as conn:
+            if event_id is not None:
+                row = conn.execute(
+                    "SELECT id FROM messages WHERE agent = ? AND event_id = ?", (agent, event_id)
+                ).fetchone()
+                if row is not None:
+                    return int(row[0]), False
+            cur = conn.execute(
+                "INSERT INTO messages (agent, phone, event_id, number, role, content, created_at,"
+                " stored_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (agent, phone, event_id, number, role, content, created_at or now, now),
+            )
+            message_id = int(cur.lastrowid or 0)
+            _enqueue(conn, "turn", str(message_id), agent, phone, now)
+            return message_id, True
+
+    def recent_turns(self, agent: str, phone: str, limit: int) -> list[Message]:
+        """Turns not yet archived, newest first."""
+        rows = self._reader().execute(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE agent = ? AND phone = ?"
+            " AND archived = 0 ORDER BY id DESC LIMIT ?",
+            (agent, phone, limit),
+        )
+        return [_message(r) for r in rows]
+
+    def latest_times(self, agent: str, phone: str, count: int = 2) -> list[str]:
+        """created_at of the person's newest turns (archived or not), newest first."""
+        rows = self._reader().execute(
+            "SELECT created_at FROM messages WHERE agent = ? AND phone = ?"
+            " ORDER BY id DESC LIMIT ?",
+            (agent, phone, count),
+        )
+        return [r[0] for r in rows]
+
+    def list_messages(
+        self, agent: str, phone: str, *, limit: int, before_id: int | None
+    ) -> list[Message]:
+        """All turns of a person, archived or not, newest first, before a cursor."""
+        rows = self._reader().execute(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE agent = ? AND phone = ?"
+            " AND id < ? ORDER BY id DESC LIMIT ?",
+            (agent, phone, before_id if before_id is not None else 2**63 - 1, limit),
+        )
+        return [_message(r) for r in rows]
+
+    def all_messages(self, agent: str, phone: str) -> list[Message]:
+        rows = self._reader().execute(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE agent = ? AND phone = ? ORDER BY id",
+            (agent, phone),
+        )
+        return [_message(r) for r in rows]
+
+    # -- summaries and memories ---------------------------------------------------------------
+
+    def summary(self, agent: str, phone: str) -> Summary | None:
+        row = (
+            self._reader()
+            .execute(
+                "SELECT text, through_id, updated_at FROM summaries WHERE agent = ? AND phone = ?",
+                (agent, phone),
+            )
+            .fetchone()
+        )
+        if row is None:
+            return None
+        return Summary(text=row["text"], through_id=row["through_id"], updated_at=row["updated_at"])
+
+    def put_summary(self, agent: str, phone: str, text: str, through_id: int | None) -> None:
+        with self._transaction() as conn:
+            conn.execute(
+                "INSERT INTO summaries (agent, phone, text, through_id, updated_at)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (agent, phone) DO UPDATE SET"
+                " text = excluded.text, through_id = excluded.through_id,"
+                " updated_at = excluded.updated_at",
+                (agent, phone, text, through_id, self._now()),
+            )
+
+    def insert_memory(self, memory: Memory, *, actor: str) -> Memory:
+        """Store a new memory, its 'create' history entry and its outbox row, atomically."""
+        with self._transaction() as conn:
+            conn.execute(
+                f"INSERT INTO memories ({_MEMORY_COLUMNS}) VALUES"
+                " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    memory.id,
+                    memory.agent,
+                    memory.phone,
+                    memory.content,
+                    memory.type,
+                    memory.status,
+                    memory.confidence,
+                    memory.source,
+                    json.dumps(memory.metadata),
+                    memory.session_id,
+                    memory.task_id,
+                    memory.graph_id,
+                    json.dumps(memory.source_turns),
+                    memory.seen_count,
+                    memory.created_at,
+                    memory.updated_at,
+                    memory.expires_at,
+                ),
+            )
+            _history(conn, memory, "create", actor, None, memory.content, memory.created_at)
+            _enqueue(conn, "fact", memory.id, memory.agent, memory.phone, memory.created_at)
+        return memory
+
+    def newest_memories(self, agent: str, phone: str, *, status: str, limit: int) -> list[Memory]:
+        rows = self._reader().execute(
+            f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE agent = ? AND phone = ? AND status = ?"
+            " ORDER BY created_at DESC, id DESC LIMIT ?",
+            (agent, phone, status, limit),
+        )
+        return [_memory(r) for r in rows]
+
+    def person_memories(self, agent: str, phone: str) -> list[Memory]:
+        rows = self._reader().execute(
+            f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE agent = ? AND phone = ?"
+            " ORDER BY created_at, id",
+            (agent, phone),
+        )
+        return [_memory(r) for r in rows]
+
+    def memory_history(self, memory_ids: Sequence[str]) -> list[HistoryEntry]:
+        if not memory_ids:
+            return []
+        marks = ",".join("?" * len(memory_ids))
+        rows = self._reader().execute(
+            "SELECT memory_id, action, actor, old_content, new_content, at FROM memory_history"
+            f" WHERE memory_id IN ({marks}) ORDER BY id",
+            tuple(memory_ids),
+        )
+        return [
+            HistoryEntry(
+                memory_id=r["memory_id"],
+                action=r["action"],
+                actor=r["actor"],
+                old_content=r["old_content"],
+                new_content=r["new_content"],
+                at=r["at"],
+            )
+            for r in rows
+        ]
+
+    # -- erasure -----------------------------------------------------------------------------
+
+    def forget_person(self, agent: str, phone: str) -> PersonErasure:
+        """Delete every row of the person in one transaction, then truncate the WAL so no
+        old page image keeps their text."""
+        with self._transaction() as conn:
+            where = "agent = ? AND phone = ?"
+            args = (agent, phone)
+            messages = conn.execute(f"DELETE FROM messages WHERE {where}", args).rowcount
+            memories = conn.execute(f"DELETE FROM memories WHERE {where}", args).rowcount
+            summaries = conn.execute(f"DELETE FROM summaries WHERE {where}", args).rowcount
+            history = conn.execute(f"DELETE FROM memory_history WHERE {where}", args).rowcount
+            conn.execute(f"DELETE FROM outbox WHERE {where}", args)
+        self.checkpoint()
+        return PersonErasure(
+            messages=messages, memories=memories, summaries=summaries, history=history
+        )
+
+    def checkpoint(self) -> bool:
+        """Copy the WAL into the database and truncate it. True when the WAL is empty."""
+        with self._write_lock:
+            for _ in range(50):
+                busy, _, _ = self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                if not busy:
+                    return True
+                threading.Event().wait(0.02)
+        return False
+
+    # -- keys --------------------------------------------------------------------------------
+
+    def insert_key(self, key_id: str, key_hash: str, scope: str, agents: list[str]) -> ApiKey:
+        now = self._now()
+        with self._transaction() as conn:
+            conn.execute(
+                "INSERT INTO keys (id, hash, scope, agents, created_at) VALUES (?, ?, ?, ?, ?)",
+                (key_id, key_hash, scope, json.dumps(agents), now),
+            )
+        return ApiKey(id=key_id, scope=scope, agents=agents, created_at=now, revoked_at=None)
+
+    def key_by_hash(self, key_hash: str) -> tuple[ApiKey, str] | None:
+        row = (
+            self._reader()
+            .execute(
+                "SELECT id, hash, scope, agents, created_at, revoked_at FROM keys WHERE hash = ?",
+                (key_hash,),
+            )
+            .fetchone()
+        )
+        return None if row is None else (_key(row), row["hash"])
+
+    def list_keys(self) -> list[ApiKey]:
+        rows = self._reader().execute(
+            "SELECT id, scope, agents, created_at, revoked_at FROM keys ORDER BY created_at, id"
+        )
+        return [_key(r) for r in rows]
+
+    def revoke_key(self, key_id: str) -> bool:
+        with self._transaction() as conn:
+            cur = conn.execute(
+                "UPDATE keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
+                (self._now(), key_id),
+            )
+            if cur.rowcount:
+                return True
+            return conn.execute("SELECT 1 FROM keys WHERE id = ?", (key_id,)).fetchone() is not None
+
+    # -- agent settings ----------------------------------------------------------------------
+
+    def agent_settings(self, agent: str) -> dict[str, Any]:
+        row = (
+            self._reader()
+            .execute("SELECT settings FROM agent_settings WHERE agent = ?", (agent,))
+            .fetchone()
+        )
+        return {} if row is None else dict(json.loads(row[0]))
+
+    def put_agent_settings(self, agent: str, values: dict[str, Any]) -> None:
+        with self._transaction() as conn:
+            conn.execute(
+                "INSERT INTO agent_settings (agent, settings, updated_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (agent) DO UPDATE SET settings = excluded.settings,"
+                " updated_at = excluded.updated_at",
+                (agent, json.dumps(values), self._now()),
+            )
+
+    # -- outbox ------------------------------------------------------------------------------
+
+    def outbox_size(self) -> int:
+        row = self._reader().execute("SELECT COUNT(*) FROM outbox").fetchone()
+        return int(row[0])
+
+
+def _enqueue(
+    conn: sqlite3.Connection, kind: str, ref_id: str, agent: str, phone: str | None, now: str
+) -> None:
+    conn.execute(
+        "INSERT INTO outbox (kind, ref_id, agent, phone, enqueued_at) VALUES (?, ?, ?, ?, ?)",
+        (kind, ref_id, agent, phone, now),
+    )
+
+
+def _statements(script: str) -> list[str]:
+    """Split a migration script into statements (no semicolons inside our literals)."""
+    lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+def _history(
+    conn: sqlite3.Connection,
+    memory: Memory,
+    action: str,
+    actor: str,
+    old: str | None,
+    new: str | None,
+    at: str,
+) -> None:
+    conn.execute(
+        "INSERT INTO memory_history (memory_id, agent, phone, action, actor, old_content,"
+        " new_content, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (memory.id, memory.agent, memory.phone, action, actor, old, new, at),
+    )

@@ -1,0 +1,57 @@
+"""Rules for names, phones and text that every entry point shares."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from urllib.parse import unquote
+
+from server.auth import AGENT_PATTERN
+from server.clock import normalise_time
+from server.errors import InvalidInput
+
+PHONE_PATTERN = re.compile(r"^\+[0-9]{8,15}$")
+
+
+def agent_name(value: str) -> str:
+    if not AGENT_PATTERN.match(value):
+        raise InvalidInput(
+            "agent must be 1-64 characters of a-z, 0-9, '_' and '-'", "invalid_agent"
+        )
+    return value
+
+
+def phone_number(value: str, *, code: str = "invalid_phone") -> str:
+    """E.164: '+' then 8-15 digits. Accepts it URL-encoded (%2B...) too."""
+    candidate = unquote(value) if "%" in value else value
+    if not PHONE_PATTERN.match(candidate):
+        raise InvalidInput("phone must be E.164: '+' then 8 to 15 digits", code)
+    return candidate
+
+
+def text_content(value: str, *, limit: int, what: str = "content") -> str:
+    """Non-empty, within the limit, and storable as UTF-8 (no lone surrogates)."""
+    if not value.strip():
+        raise InvalidInput(f"{what} must not be empty", "invalid_content")
+    if len(value) > limit:
+        raise InvalidInput(f"{what} is longer than {limit} characters", "content_too_long")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(f"{what} is not valid Unicode text", "invalid_content") from exc
+    return value
+
+
+def timestamp(value: str, *, what: str = "created_at") -> str:
+    try:
+        return normalise_time(value)
+    except (ValueError, OverflowError) as exc:
+        raise InvalidInput(f"{what} must be an ISO 8601 time", "invalid_date") from exc
+
+
+def one_line(value: str, *, limit: int) -> str:
+    """Text reduced to one printable line: control characters and newlines become spaces."""
+    cleaned = "".join(
+        " " if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") else ch for ch in value
+    )
+    return " ".join(cleaned.split())[:limit]

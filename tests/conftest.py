@@ -1,0 +1,137 @@
+"""Shared fixtures: an app on a temporary data folder, keys, and the error-shape check."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from server.app import create_app
+from server.config import Settings
+from server.deps import Services
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+ADMIN_KEY = "test-admin-key-0123456789"
+PHONE = "+15551230001"
+AGENT = "support-bot"
+
+
+class FakeClock:
+    """A clock tests move by hand."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start or datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> None:
+        self.now += timedelta(**delta)
+
+
+def make_settings(data_dir: Path, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {"data_dir": data_dir, "admin_key": ADMIN_KEY}
+    values.update(overrides)
+    return Settings(**values)
+
+
+class Api:
+    """A TestClient with the app's services and helpers for keys."""
+
+    def __init__(self, client: TestClient) -> None:
+        self.client = client
+
+    @property
+    def services(self) -> Services:
+        services: Services = self.client.app.state.services  # type: ignore[attr-defined]
+        return services
+
+    def key(self, scope: str, agents: list[str] | None = None) -> dict[str, str]:
+        body: dict[str, Any] = {"scope": scope}
+        if agents is not None:
+            body["agents"] = agents
+        response = self.client.post("/v1/keys", json=body, headers=admin())
+        assert response.status_code == 201, response.text
+        return bearer(response.json()["key"])
+
+    def post_turn(
+        self,
+        content: str,
+        *,
+        role: str = "user",
+        agent: str = AGENT,
+        phone: str = PHONE,
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> httpx.Response:
+        return self.client.post(
+            f"/v1/agents/{agent}/people/{phone}/messages",
+            json={"role": role, "content": content, **extra},
+            headers=headers or admin(),
+        )
+
+    def context(
+        self,
+        *,
+        agent: str = AGENT,
+        phone: str = PHONE,
+        headers: dict[str, str] | None = None,
+        **params: Any,
+    ) -> httpx.Response:
+        return self.client.get(
+            f"/v1/agents/{agent}/people/{phone}/context", params=params, headers=headers or admin()
+        )
+
+
+def bearer(secret: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}"}
+
+
+def admin() -> dict[str, str]:
+    return bearer(ADMIN_KEY)
+
+
+def assert_error(response: httpx.Response, status: int, code: str | None = None) -> None:
+    """Every error has the one shape, with the status repeated in the body."""
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"}, body
+    assert body["error"]["status"] == status
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    assert isinstance(body["error"]["code"], str)
+    if code is not None:
+        assert body["error"]["code"] == code, body
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def api_factory(tmp_path: Path, clock: FakeClock) -> Iterator[Callable[..., Api]]:
+    clients: list[TestClient] = []
+
+    def build(**overrides: Any) -> Api:
+        settings = make_settings(tmp_path / f"data{len(clients)}", **overrides)
+        client = TestClient(create_app(settings, clock=clock))
+        client.__enter__()
+        clients.append(client)
+        return Api(client)
+
+    yield build
+    for client in clients:
+        client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def api(api_factory: Callable[..., Api]) -> Api:
+    return api_factory()

@@ -1,0 +1,137 @@
+"""Who may call what: every endpoint against every kind of key."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+import pytest
+
+from tests.conftest import ADMIN_KEY, AGENT, PHONE, Api, admin, assert_error, bearer
+
+P = f"/v1/agents/{AGENT}/people/{PHONE}"
+TURN = {"role": "user", "content": "hi"}
+
+# (method, path, body, kind): kind "write" needs admin or the agent; "read" also lets staff in;
+# "admin" is admin only.
+ENDPOINTS = [
+    ("POST", f"{P}/messages", TURN, "write"),
+    ("GET", f"{P}/messages", None, "read"),
+    ("GET", f"{P}/context", None, "read"),
+    ("GET", f"{P}/export", None, "read"),
+    ("DELETE", P, None, "write"),
+    ("POST", "/v1/keys", {"scope": "staff"}, "admin"),
+    ("GET", "/v1/keys", None, "admin"),
+    ("DELETE", "/v1/keys/key_unknown", None, "admin"),
+]
+
+CALLERS: dict[str, Callable[[Api], dict[str, str]]] = {
+    "none": lambda api: {},
+    "garbage": lambda api: bearer("mk_not_a_real_key"),
+    "not_bearer": lambda api: {"Authorization": f"Basic {ADMIN_KEY}"},
+    "revoked": lambda api: revoked_key(api),
+    "wrong_agent": lambda api: api.key("agent:other"),
+    "right_agent": lambda api: api.key(f"agent:{AGENT}"),
+    "staff_all": lambda api: api.key("staff"),
+    "staff_listed": lambda api: api.key("staff", [AGENT, "x"]),
+    "staff_other": lambda api: api.key("staff", ["other"]),
+    "admin": lambda api: admin(),
+}
+
+ALLOWED = {
+    "write": {"right_agent", "admin"},
+    "read": {"right_agent", "admin", "staff_all", "staff_listed"},
+    "admin": {"admin"},
+}
+
+
+def revoked_key(api: Api) -> dict[str, str]:
+    response = api.client.post("/v1/keys", json={"scope": f"agent:{AGENT}"}, headers=admin())
+    key = response.json()
+    assert api.client.delete(f"/v1/keys/{key['id']}", headers=admin()).status_code == 200
+    return bearer(key["key"])
+
+
+@pytest.mark.parametrize(("method", "path", "body", "kind"), ENDPOINTS)
+@pytest.mark.parametrize("caller", list(CALLERS))
+def test_auth_matrix(
+    api: Api, method: str, path: str, body: object, kind: str, caller: str
+) -> None:
+    headers = CALLERS[caller](api)
+    response = api.client.request(method, path, json=body, headers=headers)
+    if caller in ("none", "garbage", "not_bearer", "revoked"):
+        assert_error(response, 401, "unauthorized")
+    elif caller in ALLOWED[kind]:
+        assert response.status_code < 400 or response.status_code == 404, response.text
+    else:
+        assert_error(response, 403, "forbidden")
+
+
+def test_wrong_agent_key_changes_nothing(api: Api) -> None:
+    api.post_turn("keep me")
+    other = api.key("agent:other")
+    assert_error(api.post_turn("sneaky", headers=other), 403)
+    assert_error(api.client.delete(P, headers=other), 403)
+    history = api.context().json()["history"]
+    assert [h["content"] for h in history] == ["keep me"]
+
+
+def test_staff_can_read_but_not_write(api: Api) -> None:
+    api.post_turn("hello")
+    staff = api.key("staff")
+    assert api.client.get(f"{P}/messages", headers=staff).status_code == 200
+    assert_error(api.post_turn("nope", headers=staff), 403)
+
+
+def test_health_and_openapi_need_no_key(api: Api) -> None:
+    assert api.client.get("/health").json()["status"] == "ok"
+    assert api.client.get("/openapi.json").status_code == 200
+
+
+def test_keys_are_stored_hashed(api: Api) -> None:
+    response = api.client.post(
+        "/v1/keys", json={"scope": "staff", "agents": ["b", "a"]}, headers=admin()
+    )
+    assert response.status_code == 201
+    body = response.json()
+    assert body["scope"] == "staff" and body["agents"] == ["a", "b"]
+    assert body["key"].startswith("mk_") and len(body["key"]) > 40
+    conn = sqlite3.connect(api.services.settings.sqlite_path)
+    stored = conn.execute("SELECT hash FROM keys WHERE id = ?", (body["id"],)).fetchone()[0]
+    conn.close()
+    assert body["key"] not in stored and len(stored) == 64
+    with open(api.services.settings.sqlite_path, "rb") as db:
+        assert body["key"].encode() not in db.read()
+    listed = api.client.get("/v1/keys", headers=admin()).json()["items"]
+    assert [k["id"] for k in listed] == [body["id"]]
+    assert "key" not in listed[0]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"scope": "root"},
+        {"scope": "agent:Bad"},
+        {"scope": "agent:a", "agents": ["b"]},
+        {"scope": "admin", "agents": ["a"]},
+        {"scope": "staff", "agents": ["NOPE"]},
+        {},
+    ],
+)
+def test_bad_scopes_are_422(api: Api, body: dict[str, object]) -> None:
+    assert_error(api.client.post("/v1/keys", json=body, headers=admin()), 422)
+
+
+def test_revoking_an_unknown_key_is_404(api: Api) -> None:
+    assert_error(api.client.delete("/v1/keys/key_nope", headers=admin()), 404, "not_found")
+
+
+def test_admin_key_must_be_strong(tmp_path: object) -> None:
+    from pydantic import ValidationError
+
+    from server.config import Settings
+
+    with pytest.raises(ValidationError):
+        Settings(admin_key="short")
+    with pytest.raises(ValidationError):
+        Settings(admin_key="changeme")

@@ -1,0 +1,67 @@
+"""The memory-server command: keys and forget, against a real data folder."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from server.app import create_app
+from server.cli import main
+from tests.conftest import bearer, make_settings
+
+
+def test_keys_create_list_revoke(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path))
+    assert main(["keys", "create", "--scope", "admin"]) == 0
+    made = json.loads(capsys.readouterr().out)
+    assert made["scope"] == "admin" and made["key"].startswith("mk_")
+
+    with TestClient(create_app(make_settings(tmp_path, admin_key=None))) as client:
+        response = client.post("/v1/keys", json={"scope": "agent:a"}, headers=bearer(made["key"]))
+        assert response.status_code == 201
+
+    assert main(["keys", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert made["id"] in listed and made["key"] not in listed
+    assert main(["keys", "revoke", made["id"]]) == 0
+    assert main(["keys", "revoke", "key_nope"]) == 2
+    assert main(["keys", "create", "--scope", "root"]) == 2
+
+    with TestClient(create_app(make_settings(tmp_path, admin_key=None))) as client:
+        assert client.get("/v1/keys", headers=bearer(made["key"])).status_code == 401
+
+
+def test_forget_from_the_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = make_settings(tmp_path)
+    with TestClient(create_app(settings)) as client:
+        client.post(
+            "/v1/agents/a/people/+15551230001/messages",
+            json={"role": "user", "content": "hi"},
+            headers=bearer(str(settings.admin_key)),
+        )
+    monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path))
+    assert main(["forget", "--agent", "a", "--phone", "+15551230001"]) == 0
+    assert json.loads(capsys.readouterr().out)["deleted"]["messages"] == 1
+    assert main(["forget", "--agent", "a", "--phone", "12"]) == 2
+
+
+def test_python_dash_m_server_has_the_same_commands(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "server", "--help"], capture_output=True, text=True, check=True
+    )
+    assert "serve" in result.stdout and "keys" in result.stdout
+
+
+def test_weak_admin_key_refuses_to_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("MEMORY_ADMIN_KEY", "changeme")
+    assert main(["keys", "list"]) == 2
