@@ -4,48 +4,106 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from embeddings.encoder import CachedEncoder, Encoder, SentenceEncoder
+from embeddings.index import VectorIndex
 from server import __version__
 from server.auth import KeyRing
 from server.clock import Clock, utc_now
 from server.config import Settings
 from server.deps import Services
 from server.errors import error_body, install_error_handlers
+from server.indexer import ACTIVE_MODEL, Indexer, VectorSpace
 from server.memory import MemoryService
-from server.routes import context, keys, messages, ops
+from server.routes import agents, context, keys, messages, ops
 from server.store import Store
 
 log = logging.getLogger(__name__)
 
 
-def open_services(settings: Settings, *, clock: Clock = utc_now) -> Services:
-    """Open the stores and build the services (also used by the CLI)."""
+EncoderFactory = Callable[[str], Encoder]
+
+
+def default_encoder_factory(settings: Settings) -> EncoderFactory:
+    def load(model: str) -> Encoder:
+        return SentenceEncoder(model, batch_size=settings.embedding_batch_size)
+
+    return load
+
+
+def open_space(settings: Settings, store: Store, encoder: Encoder) -> VectorSpace:
+    """The model's own table. A table that is new, or behind SQLite while nothing is queued
+    (it missed writes while another model was active), is refilled from SQLite in the
+    background through the outbox, so changing the model never mixes vectors."""
+    index = VectorIndex(settings.lance_path, encoder.name, encoder.dim)
+    behind = store.outbox_size() == 0 and index.count() != store.count_sources()
+    if (index.created or behind) and (queued := store.enqueue_everything()):
+        log.info("index %s: %d items queued for embedding", index.name, queued)
+    return VectorSpace(encoder=CachedEncoder(encoder), index=index)
+
+
+def open_services(
+    settings: Settings,
+    *,
+    clock: Clock = utc_now,
+    encoder_factory: EncoderFactory | None = None,
+    before_ack: Callable[[], None] | None = None,
+) -> Services:
+    """Open the stores, the model and the index, and build the services (also for the CLI)."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     store = Store(settings.sqlite_path, busy_timeout_ms=settings.busy_timeout_ms, clock=clock)
+    load = encoder_factory or default_encoder_factory(settings)
+    space = open_space(settings, store, load(settings.embedding_model))
+    store.set_meta(ACTIVE_MODEL, settings.embedding_model)
+    indexer = Indexer(
+        store,
+        space,
+        switch_to=lambda model: open_space(settings, store, load(model)),
+        batch_size=settings.indexer_batch_size,
+        interval_s=settings.indexer_interval_s,
+        optimize_every=settings.index_optimize_every,
+        before_ack=before_ack,
+    )
     return Services(
         settings=settings,
         store=store,
         keys=KeyRing(store, settings.admin_key),
-        memory=MemoryService(store, settings, clock=clock),
+        memory=MemoryService(store, settings, indexer, clock=clock),
+        indexer=indexer,
     )
 
 
-def create_app(settings: Settings, *, clock: Clock = utc_now) -> FastAPI:
-    """The ASGI app. Stores open at start-up and close at shutdown."""
+def create_app(
+    settings: Settings,
+    *,
+    clock: Clock = utc_now,
+    encoder_factory: EncoderFactory | None = None,
+    run_indexer: bool = True,
+) -> FastAPI:
+    """The ASGI app. Stores, model and indexer open at start-up and close at shutdown.
+    Tests pass a fake encoder_factory, and run_indexer=False to drive the indexer by hand."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        services = open_services(settings, clock=clock)
+        services = open_services(settings, clock=clock, encoder_factory=encoder_factory)
         app.state.services = services
-        log.info("memory server %s ready, data in %s", __version__, settings.data_dir)
+        if run_indexer:
+            services.indexer.start()
+        log.info(
+            "memory server %s ready: data in %s, model %s",
+            __version__,
+            settings.data_dir,
+            services.indexer.space.encoder.name,
+        )
         try:
             yield
         finally:
+            services.indexer.stop()
             services.store.close()
 
     app = FastAPI(
@@ -57,7 +115,7 @@ def create_app(settings: Settings, *, clock: Clock = utc_now) -> FastAPI:
         strict_content_type=False,
     )
     install_error_handlers(app)
-    for router in (ops.router, keys.router, messages.router, context.router):
+    for router in (ops.router, keys.router, messages.router, context.router, agents.router):
         app.include_router(router)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     return app

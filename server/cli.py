@@ -1,4 +1,4 @@
-"""The memory-server command: serve, keys, forget."""
+"""The memory-server command: serve, keys, reindex, forget."""
 
 from __future__ import annotations
 
@@ -13,17 +13,27 @@ from collections.abc import Sequence
 from pydantic import ValidationError
 
 from server import __version__, validation
+from server.app import EncoderFactory, default_encoder_factory
+from server.auth import KeyRing
 from server.config import Settings, load_settings
 from server.errors import ApiError
+from server.store import Store
 
 
-def _serve(settings: Settings, _: argparse.Namespace) -> int:
+@dataclasses.dataclass(frozen=True)
+class Runtime:
+    settings: Settings
+    encoder_factory: EncoderFactory
+
+
+def _serve(rt: Runtime, _: argparse.Namespace) -> int:
     import uvicorn
 
     from server.app import create_app
 
+    settings = rt.settings
     uvicorn.run(
-        create_app(settings),
+        create_app(settings, encoder_factory=rt.encoder_factory),
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
@@ -33,48 +43,55 @@ def _serve(settings: Settings, _: argparse.Namespace) -> int:
     return 0
 
 
-def _keys(settings: Settings, args: argparse.Namespace) -> int:
-    from server.app import open_services
-
-    services = open_services(settings)
+def _keys(rt: Runtime, args: argparse.Namespace) -> int:
+    settings = rt.settings
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    store = Store(settings.sqlite_path, busy_timeout_ms=settings.busy_timeout_ms)
+    keys = KeyRing(store, settings.admin_key)
     try:
         if args.keys_command == "create":
             agents = [a for a in (args.agents or "").split(",") if a]
-            made = services.keys.create(args.scope, agents)
-            print(
-                json.dumps(
-                    {
-                        "id": made.key.id,
-                        "key": made.secret,
-                        "scope": made.key.scope,
-                        "agents": made.key.agents,
-                    }
-                )
-            )
+            made = keys.create(args.scope, agents)
+            shown = {
+                "id": made.key.id,
+                "key": made.secret,
+                "scope": made.key.scope,
+                "agents": made.key.agents,
+            }
+            print(json.dumps(shown))
         elif args.keys_command == "list":
-            for key in services.keys.list():
+            for key in keys.list():
                 state = f"revoked {key.revoked_at}" if key.revoked_at else "active"
                 listed = ",".join(key.agents)
                 print(f"{key.id}\t{key.scope}\t{listed}\t{key.created_at}\t{state}")
         else:
-            services.keys.revoke(args.id)
+            keys.revoke(args.id)
             print(f"revoked {args.id}")
     finally:
-        services.store.close()
+        store.close()
     return 0
 
 
-def _forget(settings: Settings, args: argparse.Namespace) -> int:
+def _forget(rt: Runtime, args: argparse.Namespace) -> int:
     from server.app import open_services
 
     agent = validation.agent_name(args.agent)
     phone = validation.phone_number(args.phone)
-    services = open_services(settings)
+    services = open_services(rt.settings, encoder_factory=rt.encoder_factory)
     try:
         gone = services.memory.forget_person(agent, phone)
         print(json.dumps({"deleted": dataclasses.asdict(gone)}))
     finally:
         services.store.close()
+    return 0
+
+
+def _reindex(rt: Runtime, args: argparse.Namespace) -> int:
+    from server.reindex import rebuild_index
+
+    model = args.model or rt.settings.embedding_model
+    report = rebuild_index(rt.settings, model, rt.encoder_factory, progress=not args.quiet)
+    print(json.dumps(dataclasses.asdict(report)))
     return 0
 
 
@@ -95,13 +112,21 @@ def build_parser() -> argparse.ArgumentParser:
     revoke = key_commands.add_parser("revoke", help="revoke a key by id")
     revoke.add_argument("id")
 
+    reindex = commands.add_parser(
+        "reindex", help="re-embed every fact, turn and summary into a model's index"
+    )
+    reindex.add_argument("--model", help="sentence-transformers name or path (default: setting)")
+    reindex.add_argument("--quiet", action="store_true", help="no progress bar")
+
     forget = commands.add_parser("forget", help="erase a person's data for one agent")
     forget.add_argument("--agent", required=True)
     forget.add_argument("--phone", required=True, help="E.164, e.g. +15551234567")
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None, *, encoder_factory: EncoderFactory | None = None
+) -> int:
     # The model is bundled; nothing may be fetched from a hub at run time.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -114,9 +139,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    handlers = {"serve": _serve, None: _serve, "keys": _keys, "forget": _forget}
+    runtime = Runtime(settings, encoder_factory or default_encoder_factory(settings))
+    handlers = {
+        "serve": _serve,
+        None: _serve,
+        "keys": _keys,
+        "forget": _forget,
+        "reindex": _reindex,
+    }
     try:
-        return handlers[args.command](settings, args)
+        return handlers[args.command](runtime, args)
     except ApiError as exc:
         print(f"memory-server: {exc.message}", file=sys.stderr)
         return 2

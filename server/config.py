@@ -9,6 +9,7 @@ from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+ExcerptMode = Literal["semantic", "keyword", "hybrid"]
 _PLACEHOLDER_SECRETS = {"changeme", "change-me", "secret", "admin", "password", "test"}
 
 
@@ -40,10 +41,33 @@ class Settings(BaseSettings):
     similarity_threshold: float = Field(
         0.7, ge=-1.0, le=1.0, description="Default cosine floor for facts in a context."
     )
+    excerpt_k: int = Field(5, ge=0, description="Default number of archived-turn excerpts.")
+    excerpt_threshold: float = Field(
+        0.0, ge=-1.0, le=1.0, description="Default cosine floor for semantic excerpts."
+    )
+    excerpt_mode: ExcerptMode = Field(
+        "hybrid", description="Excerpt retrieval: semantic, keyword or hybrid (RRF of both)."
+    )
+    compact_trigger: int = Field(
+        40, ge=1, description="Compact a person when more than this many turns are waiting."
+    )
+    compact_keep: int = Field(
+        20, ge=0, description="Turns kept in the recent window by compaction."
+    )
+
     embedding_model: str = Field(
         DEFAULT_MODEL,
         description="sentence-transformers model name or local path; default the bundled MiniLM.",
     )
+    embedding_batch_size: int = Field(64, ge=1, description="Texts per embedding batch.")
+    indexer_batch_size: int = Field(512, ge=1, description="Outbox rows the indexer takes at once.")
+    indexer_interval_s: float = Field(
+        0.5, gt=0, description="Seconds the indexer sleeps when the outbox is empty."
+    )
+    index_optimize_every: int = Field(
+        50, ge=1, description="Compact the LanceDB table after this many writes."
+    )
+
     llm_base_url: str | None = Field(None, description="OpenAI-compatible base URL.")
     llm_api_key: str | None = Field(
         None,

@@ -10,6 +10,7 @@ from fastapi import Depends, Header, Path, Request
 from server import validation
 from server.auth import KeyRing, Principal
 from server.config import Settings
+from server.indexer import Indexer
 from server.memory import MemoryService
 from server.store import Store
 
@@ -22,6 +23,7 @@ class Services:
     store: Store
     keys: KeyRing
     memory: MemoryService
+    indexer: Indexer
 
 
 def get_services(request: Request) -> Services:

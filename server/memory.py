@@ -7,10 +7,13 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from embeddings.encoder import Vectors
+from embeddings.index import Hit, quote
 from server.clock import Clock, format_time, parse_time, utc_now
 from server.config import Settings
+from server.indexer import Indexer
 from server.locks import KeyedLocks
-from server.store import Memory, Message, Store, Summary
+from server.store import Memory, Message, PersonErasure, Store, Summary
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +74,30 @@ class PersonExport:
 
 
 @dataclass(frozen=True, slots=True)
+class AgentConfig:
+    """Retrieval and compaction settings of one agent: the server's, overridden per agent."""
+
+    review: bool
+    threshold: float
+    top_k: int
+    excerpt_k: int
+    excerpt_threshold: float
+    excerpt_mode: str
+    compact_trigger: int
+    compact_keep: int
+
+
+AGENT_SETTING_NAMES = tuple(AgentConfig.__dataclass_fields__)
+
+
+@dataclass(frozen=True, slots=True)
+class Compacted:
+    archived: int
+    facts_added: int
+    summary_through_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class Forgotten:
     messages: int
     memories: int
@@ -81,11 +108,39 @@ class Forgotten:
 class MemoryService:
     """Conversation memory per agent and person. No HTTP here, and no SQL."""
 
-    def __init__(self, store: Store, settings: Settings, *, clock: Clock = utc_now) -> None:
+    def __init__(
+        self, store: Store, settings: Settings, indexer: Indexer, *, clock: Clock = utc_now
+    ) -> None:
         self._store = store
         self._settings = settings
+        self._indexer = indexer
         self._clock = clock
         self._people = KeyedLocks()
+
+    # -- per-agent settings ------------------------------------------------------------------
+
+    def agent_config(self, agent: str) -> AgentConfig:
+        """Server settings, overridden by what was set for the agent."""
+        s = self._settings
+        values: dict[str, Any] = {
+            "review": False,
+            "threshold": s.similarity_threshold,
+            "top_k": s.top_k,
+            "excerpt_k": s.excerpt_k,
+            "excerpt_threshold": s.excerpt_threshold,
+            "excerpt_mode": s.excerpt_mode,
+            "compact_trigger": s.compact_trigger,
+            "compact_keep": s.compact_keep,
+        }
+        stored = self._store.agent_settings(agent)
+        values.update({k: v for k, v in stored.items() if k in values and v is not None})
+        return AgentConfig(**values)
+
+    def set_agent_config(self, agent: str, changes: dict[str, Any]) -> AgentConfig:
+        stored = self._store.agent_settings(agent)
+        stored.update({k: v for k, v in changes.items() if k in AGENT_SETTING_NAMES})
+        self._store.put_agent_settings(agent, stored)
+        return self.agent_config(agent)
 
     # -- turns -------------------------------------------------------------------------------
 
@@ -102,7 +157,7 @@ class MemoryService:
     ) -> tuple[int, bool]:
         """Store one turn; (id, False) when the event_id was seen before."""
         with self._people.hold((agent, phone)):
-            return self._store.insert_message(
+            message_id, stored = self._store.insert_message(
                 agent=agent,
                 phone=phone,
                 role=role,
@@ -111,6 +166,33 @@ class MemoryService:
                 number=number,
                 created_at=created_at,
             )
+            if stored:
+                config = self.agent_config(agent)
+                if self._store.waiting_turns(agent, phone) > config.compact_trigger:
+                    self._archive(agent, phone, config.compact_keep)
+        self._indexer.wake()
+        return message_id, stored
+
+    # -- compaction --------------------------------------------------------------------------
+
+    def compact(self, agent: str, phone: str) -> Compacted:
+        """Archive all but the newest compact_keep waiting turns (on demand)."""
+        with self._people.hold((agent, phone)):
+            archived = self._archive(agent, phone, self.agent_config(agent).compact_keep)
+        summary = self._store.summary(agent, phone)
+        return Compacted(
+            archived=archived,
+            facts_added=0,
+            summary_through_id=summary.through_id if summary else None,
+        )
+
+    def _archive(self, agent: str, phone: str, keep: int) -> int:
+        waiting = self._store.recent_turns(agent, phone, keep + 1)
+        if len(waiting) <= keep:
+            return 0
+        archived = self._store.archive_turns(agent, phone, through_id=waiting[keep].id)
+        self._indexer.wake()
+        return len(archived)
 
     def list_messages(
         self, agent: str, phone: str, *, limit: int, before_id: int | None
@@ -125,18 +207,36 @@ class MemoryService:
 
     def build_context(self, agent: str, phone: str, request: ContextRequest) -> Context:
         """Facts, summary and the recent turns that fit the budget, for the next model call."""
-        agent_settings = self._store.agent_settings(agent)
-        budget = _pick(request.budget_chars, None, self._settings.budget_chars)
-        max_messages = _pick(request.max_messages, None, self._settings.max_messages)
-        top_k = _pick(request.k, agent_settings.get("top_k"), self._settings.top_k)
-
+        config = self.agent_config(agent)
+        budget = _pick(request.budget_chars, self._settings.budget_chars)
+        max_messages = _pick(request.max_messages, self._settings.max_messages)
         window = self._store.recent_turns(agent, phone, max_messages)
         history = _fit_budget(window, budget)
-        query = request.query or _newest_user_text(window)
-        facts = [
-            FactHit(id=m.id, content=m.content, type=m.type, score=None)
-            for m in self._store.newest_memories(agent, phone, status="approved", limit=top_k)
-        ]
+        query = (
+            request.query
+            or _newest_user_text(window)
+            or _newest_user_text(self._store.recent_turns(agent, phone, 1))
+        )
+        top_k = _pick(request.k, config.top_k)
+        facts: list[FactHit]
+        excerpts: list[ExcerptHit] = []
+        if query:
+            vector = self._indexer.space.encoder.encode([query])[0]
+            facts = self.search_facts(
+                agent, phone, vector, k=top_k, threshold=_pick(request.threshold, config.threshold)
+            )
+            excerpts = self.search_excerpts(
+                agent,
+                phone,
+                vector,
+                query,
+                k=_pick(request.excerpt_k, config.excerpt_k),
+                threshold=_pick(request.excerpt_threshold, config.excerpt_threshold),
+                mode=_pick(request.excerpt_mode, config.excerpt_mode),
+            )
+        else:
+            newest = self._store.newest_memories(agent, phone, status="approved", limit=top_k)
+            facts = [FactHit(m.id, m.content, m.type, None) for m in newest]
         summary = self._store.summary(agent, phone)
         days = self._days_since_last(agent, phone)
         notes = render_notes(facts, summary.text if summary else None, days)
@@ -144,11 +244,59 @@ class MemoryService:
             notes=notes,
             history=history,
             facts=facts,
-            excerpts=[],
+            excerpts=excerpts,
             summary=summary.text if summary else None,
             days_since_last=days,
             query=query,
         )
+
+    def search_facts(
+        self, agent: str, phone: str, vector: Vectors, *, k: int, threshold: float
+    ) -> list[FactHit]:
+        """Approved facts by cosine to the query, at or above the threshold, best first.
+        The index may lag: every hit is checked against SQLite before it is returned."""
+        where = _person_filter(agent, phone) + " AND kind = 'fact' AND status = 'approved'"
+        hits = self._indexer.space.index.search(vector, where=where, k=k, min_score=threshold)
+        current = self._store.memories_by_ids([h.row.ref_id for h in hits])
+        found = []
+        for hit in hits:
+            memory = current.get(hit.row.ref_id)
+            if memory is not None and memory.status == "approved":
+                found.append(FactHit(memory.id, memory.content, memory.type, round(hit.score, 4)))
+        return found
+
+    def search_excerpts(
+        self,
+        agent: str,
+        phone: str,
+        vector: Vectors,
+        query: str,
+        *,
+        k: int,
+        threshold: float,
+        mode: str,
+    ) -> list[ExcerptHit]:
+        """Archived turns relevant to the query: semantic, keyword, or both fused (hybrid)."""
+        index = self._indexer.space.index
+        where = _person_filter(agent, phone) + " AND kind = 'turn' AND status = 'archived'"
+        hits: list[Hit]
+        if mode == "keyword":
+            hits = index.keyword(query, where=where, k=k)
+        elif mode == "hybrid":
+            hits = index.hybrid(vector, query, where=where, k=k, min_score=threshold)
+        else:
+            hits = index.search(vector, where=where, k=k, min_score=threshold)
+        turns = self._store.messages_by_ids([int(h.row.ref_id) for h in hits])
+        found = []
+        for hit in hits:
+            turn = turns.get(int(hit.row.ref_id))
+            if turn is not None and turn.archived:
+                found.append(
+                    ExcerptHit(
+                        turn.id, turn.role, turn.content, turn.created_at, round(hit.score, 4)
+                    )
+                )
+        return found
 
     def _days_since_last(self, agent: str, phone: str) -> int | None:
         times = self._store.latest_times(agent, phone, 2)
@@ -193,7 +341,9 @@ class MemoryService:
             updated_at=now,
             expires_at=None,
         )
-        return self._store.insert_memory(memory, actor=actor)
+        self._store.insert_memory(memory, actor=actor)
+        self._indexer.index_now("fact", [memory.id])
+        return memory
 
     # -- export and erasure ------------------------------------------------------------------
 
@@ -213,32 +363,30 @@ class MemoryService:
 
     def forget_person(self, agent: str, phone: str) -> Forgotten:
         """Erase every trace of the person for this agent."""
+        erased: list[PersonErasure] = []
         with self._people.hold((agent, phone)):
-            erased = self._store.forget_person(agent, phone)
-        log.info(
-            "forgot a person of agent %s: %d messages, %d memories",
-            agent,
-            erased.messages,
-            erased.memories,
-        )
+            vectors = self._indexer.forget(
+                agent, phone, lambda: erased.append(self._store.forget_person(agent, phone))
+            )
+        log.info("forgot a person of agent %s: %d vectors", agent, vectors)
         return Forgotten(
-            messages=erased.messages,
-            memories=erased.memories,
-            summaries=erased.summaries,
-            vectors=0,
+            messages=erased[0].messages,
+            memories=erased[0].memories,
+            summaries=erased[0].summaries,
+            vectors=vectors,
         )
 
     def now(self) -> str:
         return format_time(self._clock())
 
 
-def _pick(request_value: Any, agent_value: Any, default: Any) -> Any:
-    """Settings, then per-agent settings, then the request: the most specific one wins."""
-    if request_value is not None:
-        return request_value
-    if agent_value is not None:
-        return agent_value
-    return default
+def _pick(request_value: Any, configured: Any) -> Any:
+    """The request's value when it gives one; otherwise the agent's (or server's) setting."""
+    return configured if request_value is None else request_value
+
+
+def _person_filter(agent: str, phone: str) -> str:
+    return f"agent = {quote(agent)} AND phone = {quote(phone)}"
 
 
 def _fit_budget(newest_first: list[Message], budget_chars: int) -> list[Message]:

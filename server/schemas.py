@@ -225,3 +225,42 @@ class Health(BaseModel):
     index_lag: int
     model: str
     version: str
+
+
+# -- agent settings and compaction ----------------------------------------------------------
+
+
+class AgentSettingsIn(Strict):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"review": True, "threshold": 0.5, "excerpt_k": 8}]},
+    )
+
+    review: bool | None = Field(None, description="New extracted memories start pending.")
+    threshold: float | None = Field(None, ge=-1.0, le=1.0, description="Cosine floor for facts.")
+    top_k: int | None = Field(None, ge=0, le=200, description="Facts per context.")
+    excerpt_k: int | None = Field(None, ge=0, le=200, description="Excerpts per context.")
+    excerpt_threshold: float | None = Field(
+        None, ge=-1.0, le=1.0, description="Cosine floor for semantic excerpts."
+    )
+    excerpt_mode: Literal["semantic", "keyword", "hybrid"] | None = None
+    compact_trigger: int | None = Field(None, ge=1, le=100_000)
+    compact_keep: int | None = Field(None, ge=0, le=100_000)
+
+
+class AgentSettingsOut(BaseModel):
+    agent: str
+    review: bool
+    threshold: float
+    top_k: int
+    excerpt_k: int
+    excerpt_threshold: float
+    excerpt_mode: str
+    compact_trigger: int
+    compact_keep: int
+
+
+class CompactOut(BaseModel):
+    archived: int
+    facts_added: int
+    summary_through_id: int | None

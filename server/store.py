@@ -103,6 +103,9 @@ MIGRATIONS: list[str] = [
         enqueued_at TEXT NOT NULL
     );
     """,
+    """
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    """,
 ]
 
 
@@ -172,6 +175,15 @@ class PersonErasure:
     memories: int
     summaries: int
     history: int
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxItem:
+    id: int
+    kind: str  # turn | fact | summary
+    ref_id: str
+    agent: str
+    phone: str | None
 
 
 _MESSAGE_COLUMNS = "id, agent, phone, event_id, number, role, content, created_at, archived"
@@ -384,6 +396,16 @@ class Store:
 
     # -- summaries and memories ---------------------------------------------------------------
 
+    def summaries_of(self, keys: Sequence[str]) -> dict[str, tuple[str, str, Summary]]:
+        """Summaries by their index key 'agent|phone'."""
+        found: dict[str, tuple[str, str, Summary]] = {}
+        for key in keys:
+            agent, _, phone = key.partition("|")
+            summary = self.summary(agent, phone)
+            if summary is not None:
+                found[key] = (agent, phone, summary)
+        return found
+
     def summary(self, agent: str, phone: str) -> Summary | None:
         row = (
             self._reader()
@@ -406,6 +428,7 @@ class Store:
                 " updated_at = excluded.updated_at",
                 (agent, phone, text, through_id, self._now()),
             )
+            _enqueue(conn, "summary", f"{agent}|{phone}", agent, phone, self._now())
 
     def insert_memory(self, memory: Memory, *, actor: str) -> Memory:
         """Store a new memory, its 'create' history entry and its outbox row, atomically."""
@@ -559,11 +582,142 @@ class Store:
                 (agent, json.dumps(values), self._now()),
             )
 
+    # -- compaction --------------------------------------------------------------------------
+
+    def waiting_turns(self, agent: str, phone: str) -> int:
+        row = (
+            self._reader()
+            .execute(
+                "SELECT COUNT(*) FROM messages WHERE agent = ? AND phone = ? AND archived = 0",
+                (agent, phone),
+            )
+            .fetchone()
+        )
+        return int(row[0])
+
+    def archive_turns(self, agent: str, phone: str, through_id: int) -> list[int]:
+        """Mark the person's waiting turns up to through_id archived and queue them for the
+        indexer. Returns the archived ids."""
+        now = self._now()
+        with self._transaction() as conn:
+            ids = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT id FROM messages WHERE agent = ? AND phone = ? AND archived = 0"
+                    " AND id <= ? ORDER BY id",
+                    (agent, phone, through_id),
+                )
+            ]
+            conn.executemany("UPDATE messages SET archived = 1 WHERE id = ?", [(i,) for i in ids])
+            for message_id in ids:
+                _enqueue(conn, "turn", str(message_id), agent, phone, now)
+        return ids
+
+    # -- the indexer's reads -------------------------------------------------------------------
+
+    def messages_by_ids(self, ids: Sequence[int]) -> dict[int, Message]:
+        found: dict[int, Message] = {}
+        for chunk in _chunks(list(ids)):
+            marks = ",".join("?" * len(chunk))
+            for row in self._reader().execute(
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id IN ({marks})", tuple(chunk)
+            ):
+                found[row["id"]] = _message(row)
+        return found
+
+    def memories_by_ids(self, ids: Sequence[str]) -> dict[str, Memory]:
+        found: dict[str, Memory] = {}
+        for chunk in _chunks(list(ids)):
+            marks = ",".join("?" * len(chunk))
+            for row in self._reader().execute(
+                f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE id IN ({marks})", tuple(chunk)
+            ):
+                found[row["id"]] = _memory(row)
+        return found
+
+    def iter_sources(self, kind: str, chunk: int = 2000) -> Iterator[list[str]]:
+        """Every id of a kind, in chunks, for a rebuild of the index."""
+        sql = {
+            "turn": "SELECT CAST(id AS TEXT) FROM messages ORDER BY id",
+            "fact": "SELECT id FROM memories ORDER BY id",
+            "summary": "SELECT agent || '|' || phone FROM summaries ORDER BY agent, phone",
+        }[kind]
+        cursor = self._connect().execute(sql)
+        try:
+            while batch := cursor.fetchmany(chunk):
+                yield [r[0] for r in batch]
+        finally:
+            cursor.connection.close()
+
+    def count_sources(self) -> int:
+        row = (
+            self._reader()
+            .execute(
+                "SELECT (SELECT COUNT(*) FROM messages) + (SELECT COUNT(*) FROM memories)"
+                " + (SELECT COUNT(*) FROM summaries)"
+            )
+            .fetchone()
+        )
+        return int(row[0])
+
     # -- outbox ------------------------------------------------------------------------------
 
     def outbox_size(self) -> int:
         row = self._reader().execute("SELECT COUNT(*) FROM outbox").fetchone()
         return int(row[0])
+
+    def oldest_outbox_time(self) -> str | None:
+        row = self._reader().execute("SELECT MIN(enqueued_at) FROM outbox").fetchone()
+        return None if row is None else row[0]
+
+    def outbox_batch(self, limit: int) -> list[OutboxItem]:
+        rows = self._reader().execute(
+            "SELECT id, kind, ref_id, agent, phone FROM outbox ORDER BY id LIMIT ?", (limit,)
+        )
+        return [OutboxItem(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+
+    def outbox_for(self, kind: str, ref_ids: Sequence[str]) -> list[OutboxItem]:
+        marks = ",".join("?" * len(ref_ids))
+        rows = self._reader().execute(
+            "SELECT id, kind, ref_id, agent, phone FROM outbox"
+            f" WHERE kind = ? AND ref_id IN ({marks}) ORDER BY id",
+            (kind, *ref_ids),
+        )
+        return [OutboxItem(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+
+    def outbox_done(self, ids: Sequence[int]) -> None:
+        with self._transaction() as conn:
+            conn.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
+
+    def enqueue_everything(self) -> int:
+        """Queue every turn, memory and summary for the indexer (a rebuild for a new model)."""
+        now = self._now()
+        with self._transaction() as conn:
+            total = 0
+            for sql in (
+                "INSERT INTO outbox (kind, ref_id, agent, phone, enqueued_at)"
+                " SELECT 'turn', CAST(id AS TEXT), agent, phone, ? FROM messages",
+                "INSERT INTO outbox (kind, ref_id, agent, phone, enqueued_at)"
+                " SELECT 'fact', id, agent, phone, ? FROM memories",
+                "INSERT INTO outbox (kind, ref_id, agent, phone, enqueued_at)"
+                " SELECT 'summary', agent || '|' || phone, agent, phone, ? FROM summaries",
+            ):
+                total += conn.execute(sql, (now,)).rowcount
+        return total
+
+    # -- meta --------------------------------------------------------------------------------
+
+    def meta(self, key: str) -> str | None:
+        row = self._reader().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._transaction() as conn:
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES (?, ?)"
+                " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
 
 
 def _enqueue(
@@ -573,6 +727,11 @@ def _enqueue(
         "INSERT INTO outbox (kind, ref_id, agent, phone, enqueued_at) VALUES (?, ?, ?, ?, ?)",
         (kind, ref_id, agent, phone, now),
     )
+
+
+def _chunks(items: list[Any], size: int = 500) -> Iterator[list[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
 
 
 def _statements(script: str) -> list[str]:

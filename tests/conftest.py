@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from server.app import create_app
 from server.config import Settings
 from server.deps import Services
+from tests.fakes import fake_factory
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -38,7 +39,11 @@ class FakeClock:
 
 
 def make_settings(data_dir: Path, **overrides: Any) -> Settings:
-    values: dict[str, Any] = {"data_dir": data_dir, "admin_key": ADMIN_KEY}
+    values: dict[str, Any] = {
+        "data_dir": data_dir,
+        "admin_key": ADMIN_KEY,
+        "embedding_model": "fake-hash",
+    }
     values.update(overrides)
     return Settings(**values)
 
@@ -77,6 +82,10 @@ class Api:
             json={"role": role, "content": content, **extra},
             headers=headers or admin(),
         )
+
+    def index(self) -> int:
+        """Drain the outbox into the vector index, as the background indexer would."""
+        return self.services.indexer.drain()
 
     def context(
         self,
@@ -120,9 +129,12 @@ def clock() -> FakeClock:
 def api_factory(tmp_path: Path, clock: FakeClock) -> Iterator[Callable[..., Api]]:
     clients: list[TestClient] = []
 
-    def build(**overrides: Any) -> Api:
+    def build(*, run_indexer: bool = False, **overrides: Any) -> Api:
         settings = make_settings(tmp_path / f"data{len(clients)}", **overrides)
-        client = TestClient(create_app(settings, clock=clock))
+        app = create_app(
+            settings, clock=clock, encoder_factory=fake_factory, run_indexer=run_indexer
+        )
+        client = TestClient(app)
         client.__enter__()
         clients.append(client)
         return Api(client)

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Response, status
 from server import validation
 from server.deps import AgentDep, PhoneDep, PrincipalDep, ServicesDep
 from server.schemas import (
+    CompactOut,
     DeletedCounts,
     ExportedMemory,
     ExportOut,
@@ -107,6 +108,20 @@ def export_person(
             )
             for m in found.memories
         ],
+    )
+
+
+@router.post("/compact", response_model=CompactOut)
+def compact_person(
+    principal: PrincipalDep, agent: AgentDep, phone: PhoneDep, services: ServicesDep
+) -> CompactOut:
+    """Fold all but the newest compact_keep waiting turns out of the recent window now."""
+    principal.require_write(agent)
+    done = services.memory.compact(agent, phone)
+    return CompactOut(
+        archived=done.archived,
+        facts_added=done.facts_added,
+        summary_through_id=done.summary_through_id,
     )
 
 

@@ -1,8 +1,9 @@
-"""Operations: health."""
+"""Operations: health and Prometheus metrics."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
+from fastapi.responses import PlainTextResponse
 
 from server import __version__
 from server.deps import ServicesDep
@@ -13,10 +14,63 @@ router = APIRouter(tags=["operations"])
 
 @router.get("/health", response_model=Health)
 def health(services: ServicesDep) -> Health:
-    """Liveness and the indexer's lag (outbox rows not yet in the vector index)."""
+    """Liveness, the model in use and the index lag (outbox rows not yet in the index)."""
     return Health(
         status="ok",
         index_lag=services.store.outbox_size(),
-        model=services.settings.embedding_model,
+        model=services.indexer.space.encoder.name,
         version=__version__,
     )
+
+
+@router.get("/metrics", response_class=PlainTextResponse)
+def metrics(services: ServicesDep) -> str:
+    """Prometheus text format."""
+    stats = services.indexer.stats
+    index = services.indexer.space.index
+    lines = [
+        (
+            "memory_index_lag",
+            "gauge",
+            "Outbox rows waiting for the indexer.",
+            services.store.outbox_size(),
+        ),
+        ("memory_index_rows", "gauge", "Rows in the active vector index.", index.count()),
+        (
+            "memory_indexer_items_total",
+            "counter",
+            "Items upserted by the indexer.",
+            stats.items_indexed,
+        ),
+        (
+            "memory_indexer_removed_total",
+            "counter",
+            "Items removed from the index.",
+            stats.items_removed,
+        ),
+        (
+            "memory_indexer_embedded_total",
+            "counter",
+            "Texts embedded by the indexer.",
+            stats.texts_embedded,
+        ),
+        (
+            "memory_indexer_reused_total",
+            "counter",
+            "Vectors reused because the text was unchanged.",
+            stats.vectors_reused,
+        ),
+        (
+            "memory_indexer_embed_seconds_total",
+            "counter",
+            "Seconds spent embedding.",
+            round(stats.embed_seconds, 6),
+        ),
+        ("memory_indexer_batches_total", "counter", "Indexer batches done.", stats.batches),
+        ("memory_indexer_errors_total", "counter", "Indexer batches that failed.", stats.errors),
+    ]
+    out = []
+    for name, kind, help_text, value in lines:
+        out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name} {value}"]
+    out.append(f'memory_info{{version="{__version__}",model="{index.model}"}} 1')
+    return "\n".join(out) + "\n"

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from server.app import create_app
 from server.cli import main
 from tests.conftest import bearer, make_settings
+from tests.fakes import fake_factory
 
 
 def test_keys_create_list_revoke(
@@ -23,7 +24,9 @@ def test_keys_create_list_revoke(
     made = json.loads(capsys.readouterr().out)
     assert made["scope"] == "admin" and made["key"].startswith("mk_")
 
-    with TestClient(create_app(make_settings(tmp_path, admin_key=None))) as client:
+    with TestClient(
+        create_app(make_settings(tmp_path, admin_key=None), encoder_factory=fake_factory)
+    ) as client:
         response = client.post("/v1/keys", json={"scope": "agent:a"}, headers=bearer(made["key"]))
         assert response.status_code == 201
 
@@ -34,7 +37,9 @@ def test_keys_create_list_revoke(
     assert main(["keys", "revoke", "key_nope"]) == 2
     assert main(["keys", "create", "--scope", "root"]) == 2
 
-    with TestClient(create_app(make_settings(tmp_path, admin_key=None))) as client:
+    with TestClient(
+        create_app(make_settings(tmp_path, admin_key=None), encoder_factory=fake_factory)
+    ) as client:
         assert client.get("/v1/keys", headers=bearer(made["key"])).status_code == 401
 
 
@@ -42,14 +47,16 @@ def test_forget_from_the_command_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     settings = make_settings(tmp_path)
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings, encoder_factory=fake_factory)) as client:
         client.post(
             "/v1/agents/a/people/+15551230001/messages",
             json={"role": "user", "content": "hi"},
             headers=bearer(str(settings.admin_key)),
         )
     monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path))
-    assert main(["forget", "--agent", "a", "--phone", "+15551230001"]) == 0
+    monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "fake-hash")
+    argv = ["forget", "--agent", "a", "--phone", "+15551230001"]
+    assert main(argv, encoder_factory=fake_factory) == 0
     assert json.loads(capsys.readouterr().out)["deleted"]["messages"] == 1
     assert main(["forget", "--agent", "a", "--phone", "12"]) == 2
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tests.conftest import AGENT, PHONE, Api, FakeClock, assert_error
 
 
@@ -46,7 +48,8 @@ def test_max_messages_limits_the_window(api: Api) -> None:
     assert api.context(max_messages=0).json()["history"] == []
 
 
-def test_default_window_is_sixty_turns(api: Api) -> None:
+def test_default_window_is_sixty_turns(api_factory: Callable[..., Api]) -> None:
+    api = api_factory(compact_trigger=1000)
     for i in range(65):
         api.post_turn(f"t{i}")
     history = api.context().json()["history"]
@@ -90,7 +93,7 @@ def test_summary_and_facts_appear_in_notes_as_data(api: Api) -> None:
     service.add_memory(AGENT, "+15550000000", "Someone else's fact")
     api.services.store.put_summary(AGENT, PHONE, "Maya started a new job.", None)
     api.post_turn("hi")
-    body = api.context().json()
+    body = api.context(threshold=-1).json()
     assert [f["content"] for f in body["facts"]] == ["Works night shifts"]
     assert body["summary"] == "Maya started a new job."
     assert "(data, not instructions)" in body["notes"]

@@ -14,20 +14,35 @@ def data_files(folder: Path) -> list[Path]:
     return [p for p in folder.rglob("*") if p.is_file()]
 
 
+def assert_no_canary_in_lance(folder: Path) -> None:
+    """Lance compresses strings, so read every file back, deleted rows included."""
+    from lance.file import LanceFileReader
+
+    files = [p for p in folder.rglob("*.lance") if p.is_file()]
+    assert files
+    for path in files:
+        table = LanceFileReader(str(path)).read_all().to_table()
+        for column in table.columns:
+            assert CANARY not in str(column.to_pylist()), path
+
+
 def test_forget_leaves_nothing(api: Api) -> None:
-    for i in range(30):
+    for i in range(45):
         api.post_turn(f"{CANARY} turn {i} " + "padding " * 50, event_id=f"e{i}")
     api.services.memory.add_memory(AGENT, PHONE, f"{CANARY} is a fact")
     api.services.store.put_summary(AGENT, PHONE, f"summary with {CANARY}", 3)
     api.post_turn("another person keeps theirs", phone="+15559998888")
+    api.index()
+    found = api.context(query=f"{CANARY} turn", excerpt_mode="keyword", threshold=-1).json()
+    assert found["facts"] and found["excerpts"], "the canary must be indexed before forgetting"
 
     response = api.client.delete(f"/v1/agents/{AGENT}/people/{PHONE}", headers=admin())
     assert response.status_code == 200
     assert response.json()["deleted"] == {
-        "messages": 30,
+        "messages": 45,
         "memories": 1,
         "summaries": 1,
-        "vectors": 0,
+        "vectors": 47,
     }
 
     settings = api.services.settings
@@ -42,6 +57,8 @@ def test_forget_leaves_nothing(api: Api) -> None:
     assert not wal.exists() or wal.stat().st_size == 0
     for path in data_files(settings.data_dir):
         assert CANARY.encode() not in path.read_bytes(), path
+    assert_no_canary_in_lance(settings.lance_path)
+    assert api.services.indexer.space.index.count() == 1
 
     export = api.client.get(f"/v1/agents/{AGENT}/people/{PHONE}/export", headers=admin()).json()
     assert export["messages"] == [] and export["memories"] == [] and export["summary"] is None

@@ -12,7 +12,7 @@ def test_health(api: Api) -> None:
     assert body == {
         "status": "ok",
         "index_lag": 0,
-        "model": "all-MiniLM-L6-v2",
+        "model": "fake-hash",
         "version": __version__,
     }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -76,7 +77,11 @@ def test_turns_without_event_id_never_collide(api: Api) -> None:
     assert len(rows(api, "SELECT id FROM messages")) == 3
 
 
-def test_concurrent_posts_for_one_person_keep_each_senders_order(api: Api) -> None:
+def test_concurrent_posts_for_one_person_keep_each_senders_order(
+    api_factory: Callable[..., Api],
+) -> None:
+    api = api_factory(compact_trigger=1000)
+
     def sender(n: int) -> list[int]:
         return [api.post_turn(f"s{n}-{i}", event_id=f"e{n}-{i}").json()["id"] for i in range(15)]
 

