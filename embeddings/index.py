@@ -13,6 +13,7 @@ import lancedb
 import numpy as np
 import pyarrow as pa
 from lancedb.index import FTS, Bitmap, BTree
+from lancedb.query import LanceVectorQueryBuilder
 
 from embeddings.encoder import Vectors, model_slug
 
