@@ -136,9 +136,10 @@ class VectorIndex:
             self._cleanup()
 
     def optimize(self) -> None:
-        """Compact small fragments, fold new rows into indexes, drop old versions."""
+        """Compact small fragments, fold new rows into the indexes, drop versions older than
+        ten minutes (a reader in another process, such as a reindex, may still use them)."""
         with self._lock:
-            self._table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
+            self._table.optimize(cleanup_older_than=timedelta(minutes=10))
             self._writes_since_optimize = 0
 
     @property

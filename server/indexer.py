@@ -131,6 +131,8 @@ class Indexer:
         while not self._stop.is_set():
             try:
                 done = self.run_once()
+                if done == 0:
+                    self._idle_maintenance()
             except Exception as exc:  # keep the loop alive; the rows stay in the outbox
                 self.stats.errors += 1
                 self.stats.last_error = repr(exc)
@@ -139,12 +141,14 @@ class Indexer:
                 self._stop.wait(min(5.0, self._interval_s * 4))
             self._sample_lag()
             if done == 0:
-                self._follow_active_model()
-                if self.space.index.writes_since_optimize:
-                    with self.lock:
-                        self.space.index.optimize()
                 self._wake.wait(self._interval_s)
                 self._wake.clear()
+
+    def _idle_maintenance(self) -> None:
+        self._follow_active_model()
+        if self.space.index.writes_since_optimize:
+            with self.lock:
+                self.space.index.optimize()
 
     def _sample_lag(self) -> None:
         samples = self.stats.lag_samples

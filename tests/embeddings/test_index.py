@@ -1,0 +1,151 @@
+"""The LanceDB index on a temporary folder: upserts, filtered search, threshold, purge."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from embeddings.index import IndexRow, VectorIndex, fuse, quote, table_name, table_names
+from tests.fakes import HashEncoder
+
+ENC = HashEncoder(dim=32)
+
+
+def row(
+    i: int,
+    text: str,
+    *,
+    agent: str = "a",
+    phone: str = "+15550000001",
+    kind: str = "turn",
+    status: str = "archived",
+) -> IndexRow:
+    return IndexRow(
+        id=f"{kind}:{i}",
+        kind=kind,
+        ref_id=str(i),
+        agent=agent,
+        phone=phone,
+        status=status,
+        type="user",
+        created_at="2026-01-01T00:00:00.000Z",
+        text=text,
+    )
+
+
+def put(index: VectorIndex, rows: list[IndexRow]) -> None:
+    index.upsert(rows, ENC.encode([r.text for r in rows]))
+
+
+@pytest.fixture
+def index(tmp_path: Path) -> VectorIndex:
+    return VectorIndex(tmp_path / "lance", "fake-hash", 32)
+
+
+TEXTS = [
+    "my dog Biscuit loves the beach",
+    "I work night shifts at the hospital",
+    "order 48213 was a blue jacket I want refunded",
+    "we are going to Lisbon in June",
+    "my sister Ana is getting married",
+]
+
+
+def test_upsert_is_idempotent_and_replaces(index: VectorIndex) -> None:
+    rows = [row(i, t) for i, t in enumerate(TEXTS)]
+    put(index, rows)
+    put(index, rows)
+    assert index.count() == len(TEXTS)
+    put(index, [row(0, "my cat Pixel")])
+    assert index.count() == len(TEXTS)
+    assert index.get(["turn:0"])["turn:0"][0].text == "my cat Pixel"
+
+
+def test_threshold_zero_gives_k_and_high_threshold_none_for_a_paraphrase(
+    index: VectorIndex,
+) -> None:
+    put(index, [row(i, t) for i, t in enumerate(TEXTS)])
+    query = ENC.encode(["does your dog like going to the beach"])[0]
+    everything = index.search(query, where="agent = 'a'", k=3, min_score=-1.0)
+    assert len(everything) == 3
+    assert everything[0].row.text == TEXTS[0]
+    assert [h.score for h in everything] == sorted((h.score for h in everything), reverse=True)
+    assert index.search(query, where="agent = 'a'", k=3, min_score=0.99) == []
+    exact = index.search(ENC.encode([TEXTS[1]])[0], where="agent = 'a'", k=3, min_score=0.99)
+    assert [h.row.text for h in exact] == [TEXTS[1]]
+    assert exact[0].score == pytest.approx(1.0, abs=1e-4)
+
+
+def test_filters_keep_agents_and_people_apart(index: VectorIndex) -> None:
+    put(
+        index,
+        [
+            row(1, "secret plan", agent="a"),
+            row(2, "secret plan", agent="b"),
+            row(3, "secret plan", agent="a", phone="+15550000002"),
+        ],
+    )
+    query = ENC.encode(["secret plan"])[0]
+    where = f"agent = {quote('a')} AND phone = {quote('+15550000001')}"
+    assert [h.row.id for h in index.search(query, where=where, k=10)] == ["turn:1"]
+    assert [h.row.id for h in index.keyword("secret", where=where, k=10)] == ["turn:1"]
+
+
+def test_keyword_finds_an_exact_order_number(index: VectorIndex) -> None:
+    put(index, [row(i, t) for i, t in enumerate(TEXTS)])
+    hits = index.keyword("what about order 48213?", where="kind = 'turn'", k=2)
+    assert hits[0].row.ref_id == "2"
+    hybrid = index.hybrid(ENC.encode(["48213"])[0], "48213", where="kind = 'turn'", k=2)
+    assert hybrid[0].row.ref_id == "2"
+
+
+def test_quotes_in_filters_are_escaped(index: VectorIndex) -> None:
+    put(index, [row(1, "x", agent="o'brien")])
+    assert index.count(f"agent = {quote(chr(39).join(['o', 'brien']))}") == 1
+
+
+def test_fuse_ranks_items_found_by_both_first() -> None:
+    a, b, c = (row(i, t) for i, t in enumerate(TEXTS[:3]))
+    from embeddings.index import Hit
+
+    fused = fuse([[Hit(a, 0.9), Hit(b, 0.8)], [Hit(b, 3.0), Hit(c, 2.0)]], k=3)
+    assert [h.row.id for h in fused] == [b.id, a.id, c.id]
+
+
+def test_delete_then_purge_leaves_no_old_version_holding_the_row(index: VectorIndex) -> None:
+    from lance.file import LanceFileReader
+
+    put(index, [row(i, f"{t} canary-zz{i}") for i, t in enumerate(TEXTS)])
+    put(index, [row(9, "another batch")])
+    assert index.delete_person("a", "+15550000001") == 6
+    index.purge()
+    assert index.count() == 0
+    files = [p for p in index.data_files() if p.suffix == ".lance"]
+    for path in files:
+        table = LanceFileReader(str(path)).read_all().to_table()
+        assert "canary-zz" not in str(table.to_pylist()), path
+    versions = list((index.path / f"{index.name}.lance" / "_versions").glob("*.manifest"))
+    assert len(versions) == 1
+
+
+def test_one_table_per_model_and_dimension(tmp_path: Path) -> None:
+    VectorIndex(tmp_path, "model-a", 32)
+    VectorIndex(tmp_path, "model-a", 64)
+    VectorIndex(tmp_path, "sentence-transformers/all-MiniLM-L6-v2", 384)
+    assert table_names(tmp_path) == sorted(
+        [
+            table_name("model-a", 32),
+            table_name("model-a", 64),
+            table_name("sentence-transformers/all-MiniLM-L6-v2", 384),
+        ]
+    )
+    assert len(set(table_names(tmp_path))) == 3
+
+
+def test_vectors_are_stored_as_given(index: VectorIndex) -> None:
+    vectors = ENC.encode(TEXTS[:2])
+    index.upsert([row(0, TEXTS[0]), row(1, TEXTS[1])], vectors)
+    got = index.get(["turn:0", "turn:1"])
+    assert np.allclose(got["turn:1"][1], vectors[1])

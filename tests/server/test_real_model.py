@@ -1,0 +1,78 @@
+"""A few tests on the real bundled model: paraphrases find their fact and their turn."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from embeddings.encoder import Encoder, SentenceEncoder
+from server.app import create_app
+from tests.conftest import AGENT, PHONE, admin, make_settings
+
+pytestmark = pytest.mark.model
+
+P = f"/v1/agents/{AGENT}/people/{PHONE}"
+
+
+@pytest.fixture(scope="module")
+def encoder() -> SentenceEncoder:
+    return SentenceEncoder("all-MiniLM-L6-v2")
+
+
+@pytest.fixture
+def client(tmp_path: Path, encoder: SentenceEncoder) -> Iterator[TestClient]:
+    def factory(model: str) -> Encoder:
+        assert model == "all-MiniLM-L6-v2"
+        return encoder
+
+    settings = make_settings(tmp_path, embedding_model="all-MiniLM-L6-v2")
+    app = create_app(settings, encoder_factory=factory, run_indexer=False)
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+def test_encoder_gives_unit_vectors_and_batches_agree(encoder: SentenceEncoder) -> None:
+    texts = [f"sentence number {i} about dogs" for i in range(70)]
+    batch = encoder.encode(texts)
+    assert batch.shape == (70, 384) and batch.dtype == np.float32
+    assert np.allclose(np.linalg.norm(batch, axis=1), 1.0, atol=1e-5)
+    one = encoder.encode([texts[65]])[0]
+    assert float(one @ batch[65]) > 0.9999
+
+
+def test_paraphrased_question_finds_its_fact_at_the_default_threshold(client: TestClient) -> None:
+    memory = client.app.state.services.memory  # type: ignore[attr-defined]
+    for fact in [
+        "Maya works night shifts at the hospital",
+        "Maya has a dog called Biscuit",
+        "Maya is allergic to peanuts",
+    ]:
+        memory.add_memory(AGENT, PHONE, fact)
+    client.post(
+        f"{P}/messages",
+        json={"role": "user", "content": "What is the name of Maya's dog?"},
+        headers=admin(),
+    )
+    body = client.get(f"{P}/context", headers=admin()).json()
+    assert [f["content"] for f in body["facts"]] == ["Maya has a dog called Biscuit"]
+    assert body["facts"][0]["score"] >= 0.7
+    assert "- Maya has a dog called Biscuit" in body["notes"]
+
+
+def test_archived_turn_comes_back_for_a_paraphrase(client: TestClient) -> None:
+    turns = ["I left my blue jacket at the hotel in Lisbon"] + [
+        f"Let's talk about the weather on day {i}, it was sunny and warm" for i in range(44)
+    ]
+    for i, text in enumerate(turns):
+        role = "user" if i % 2 == 0 else "assistant"
+        client.post(f"{P}/messages", json={"role": role, "content": text}, headers=admin())
+    client.app.state.services.indexer.drain()  # type: ignore[attr-defined]
+    body = client.get(
+        f"{P}/context", params={"query": "Where did I forget my coat?"}, headers=admin()
+    ).json()
+    assert body["excerpts"][0]["content"] == turns[0]
+    assert turns[0] not in [h["content"] for h in body["history"]]
