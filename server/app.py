@@ -20,7 +20,7 @@ from server.deps import Services
 from server.errors import error_body, install_error_handlers
 from server.indexer import ACTIVE_MODEL, Indexer, VectorSpace
 from server.memory import MemoryService
-from server.routes import agents, context, keys, messages, ops
+from server.routes import agents, context, keys, memories, messages, ops
 from server.store import Store
 
 log = logging.getLogger(__name__)
@@ -115,7 +115,15 @@ def create_app(
         strict_content_type=False,
     )
     install_error_handlers(app)
-    for router in (ops.router, keys.router, messages.router, context.router, agents.router):
+    routers = (
+        ops.router,
+        keys.router,
+        messages.router,
+        context.router,
+        agents.router,
+        memories.router,
+    )
+    for router in routers:
         app.include_router(router)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     return app

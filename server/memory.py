@@ -11,6 +11,7 @@ from embeddings.encoder import Vectors
 from embeddings.index import Hit, quote
 from server.clock import Clock, format_time, parse_time, utc_now
 from server.config import Settings
+from server.errors import NotFound
 from server.indexer import Indexer
 from server.locks import KeyedLocks
 from server.store import Memory, Message, PersonErasure, Store, Summary
@@ -319,6 +320,10 @@ class MemoryService:
         confidence: float | None = None,
         actor: str = "system",
         source_turns: list[int] | None = None,
+        metadata: dict[str, Any] | None = None,
+        session_id: str | None = None,
+        task_id: str | None = None,
+        graph_id: str | None = None,
     ) -> Memory:
         """Store a long-term memory about a person (or the agent's world when phone is None)."""
         now = self.now()
@@ -331,10 +336,10 @@ class MemoryService:
             status=status,
             confidence=confidence,
             source=source,
-            metadata={},
-            session_id=None,
-            task_id=None,
-            graph_id=None,
+            metadata=dict(metadata or {}),
+            session_id=session_id,
+            task_id=task_id,
+            graph_id=graph_id,
             source_turns=list(source_turns or []),
             seen_count=1,
             created_at=now,
@@ -343,6 +348,13 @@ class MemoryService:
         )
         self._store.insert_memory(memory, actor=actor)
         self._indexer.index_now("fact", [memory.id])
+        return memory
+
+    def get_memory(self, agent: str, memory_id: str) -> Memory:
+        """A memory of this agent; another agent's memory does not exist for the caller."""
+        memory = self._store.memories_by_ids([memory_id]).get(memory_id)
+        if memory is None or memory.agent != agent:
+            raise NotFound(f"no memory {memory_id!r} for agent {agent!r}")
         return memory
 
     # -- export and erasure ------------------------------------------------------------------

@@ -264,3 +264,30 @@ class CompactOut(BaseModel):
     archived: int
     facts_added: int
     summary_through_id: int | None
+
+
+# -- memories -----------------------------------------------------------------------------------
+
+
+class MemoryCreate(Strict):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "content": "Maya has a dog called Biscuit",
+                    "phone": "+15551234567",
+                    "type": "fact",
+                }
+            ]
+        },
+    )
+
+    content: str = Field(description="One short datum, 1 to 2,000 characters.")
+    phone: str | None = Field(None, description="The person it is about (E.164), or none.")
+    type: Literal["fact", "preference", "context"] = "fact"
+    confidence: float | None = Field(None, ge=0.0, le=1.0)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    session_id: str | None = Field(None, min_length=1, max_length=200)
+    task_id: str | None = Field(None, min_length=1, max_length=200)
+    graph_id: str | None = Field(None, min_length=1, max_length=200)

@@ -267,3 +267,47 @@ def test_reindex_to_another_model_and_back(
         services.indexer._follow_active_model()
         assert services.indexer.space.index.dim == 64
         assert client.get("/health").json()["model"] == "fake-hash"
+
+
+def test_memory_created_over_http_is_searchable_at_once(api: Api) -> None:
+    agent_key = api.key(f"agent:{AGENT}")
+    response = api.client.post(
+        f"/v1/agents/{AGENT}/memories",
+        json={
+            "content": "allergic to\npeanuts",
+            "phone": PHONE,
+            "type": "preference",
+            "metadata": {"source": "form"},
+        },
+        headers=agent_key,
+    )
+    assert response.status_code == 201, response.text
+    memory = response.json()
+    assert memory["content"] == "allergic to peanuts"
+    assert (memory["status"], memory["source"], memory["type"]) == (
+        "approved",
+        "manual",
+        "preference",
+    )
+    assert api.client.get("/health").json()["index_lag"] == 0
+    api.post_turn("hello")
+    facts = api.context(query="allergic to peanuts", threshold=0.9).json()["facts"]
+    assert [f["id"] for f in facts] == [memory["id"]]
+    got = api.client.get(f"/v1/agents/{AGENT}/memories/{memory['id']}", headers=agent_key)
+    assert got.json() == memory
+    other = api.key("agent:other")
+    assert (
+        api.client.get(f"/v1/agents/other/memories/{memory['id']}", headers=other).status_code
+        == 404
+    )
+    for bad in (
+        {"content": ""},
+        {"content": "x" * 2001},
+        {"content": "x", "phone": "1"},
+        {"content": "x", "type": "opinion"},
+        {"content": "x", "id": "mine"},
+    ):
+        assert (
+            api.client.post(f"/v1/agents/{AGENT}/memories", json=bad, headers=agent_key).status_code
+            == 422
+        ), bad
