@@ -160,7 +160,17 @@ class BodyLimit:
                 await _refuse(send, self.max_bytes)
                 return
             more = message.get("more_body", False)
+        if body:
+            scope = _as_json(scope)
         await self.app(scope, _replay(bytes(body), receive), send)
+
+
+def _as_json(scope: Scope) -> Scope:
+    """Every body of this API is JSON: read it as JSON whatever Content-Type the client sent
+    (curl -d sends application/x-www-form-urlencoded)."""
+    headers = [(k, v) for k, v in scope.get("headers", []) if k != b"content-type"]
+    headers.append((b"content-type", b"application/json"))
+    return {**scope, "headers": headers}
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

@@ -215,3 +215,13 @@ def test_other_people_and_agents_are_kept_apart(api: Api) -> None:
     api.post_turn("other agent", agent="other")
     history = api.context().json()["history"]
     assert [h["content"] for h in history] == ["mine"]
+
+
+def test_bodies_are_json_whatever_the_content_type(api: Api) -> None:
+    response = api.client.post(
+        f"/v1/agents/{AGENT}/people/{PHONE}/messages",
+        content=b'{"role": "user", "content": "sent like curl -d"}',
+        headers={**admin(), "Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert response.status_code == 201
+    assert rows(api, "SELECT content FROM messages")[0]["content"] == "sent like curl -d"
