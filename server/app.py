@@ -56,7 +56,12 @@ def open_services(
 ) -> Services:
     """Open the stores, the model and the index, and build the services (also for the CLI)."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    store = Store(settings.sqlite_path, busy_timeout_ms=settings.busy_timeout_ms, clock=clock)
+    store = Store(
+        settings.sqlite_path,
+        busy_timeout_ms=settings.busy_timeout_ms,
+        clock=clock,
+        synchronous=settings.sqlite_synchronous,
+    )
     load = encoder_factory or default_encoder_factory(settings)
     space = open_space(settings, store, load(settings.embedding_model))
     store.set_meta(ACTIVE_MODEL, settings.embedding_model)

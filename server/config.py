@@ -35,6 +35,11 @@ class Settings(BaseSettings):
         10_000, ge=0, description="How long SQLite waits for a lock held by another process."
     )
 
+    sqlite_synchronous: Literal["FULL", "NORMAL"] = Field(
+        "FULL",
+        description="FULL: an acknowledged write survives power loss; NORMAL: only a crash.",
+    )
+
     budget_chars: int = Field(12_000, ge=0, description="Default character budget of history.")
     max_messages: int = Field(60, ge=0, description="Default most turns in a context's history.")
     top_k: int = Field(10, ge=0, description="Default number of facts in a context.")

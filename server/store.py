@@ -242,9 +242,19 @@ def _key(row: sqlite3.Row) -> ApiKey:
 class Store:
     """SQLite in WAL mode: one writer connection behind a lock, a read connection per thread."""
 
-    def __init__(self, path: Path, *, busy_timeout_ms: int = 10_000, clock: Clock = utc_now):
+    def __init__(
+        self,
+        path: Path,
+        *,
+        busy_timeout_ms: int = 10_000,
+        clock: Clock = utc_now,
+        synchronous: str = "FULL",
+    ):
         self.path = path
         self._busy_timeout_ms = busy_timeout_ms
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ValueError("synchronous must be FULL or NORMAL")
+        self._synchronous = synchronous
         self._clock = clock
         path.parent.mkdir(parents=True, exist_ok=True)
         self._write_lock = threading.RLock()
@@ -266,7 +276,7 @@ class Store:
         )
         conn.row_factory = sqlite3.Row
         conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
-        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute(f"PRAGMA synchronous = {self._synchronous}")
         conn.execute("PRAGMA foreign_keys = ON")
         # Deleted content is overwritten with zeros, so forgotten text leaves the file.
         conn.execute("PRAGMA secure_delete = ON")

@@ -43,6 +43,8 @@ def make_settings(data_dir: Path, **overrides: Any) -> Settings:
         "data_dir": data_dir,
         "admin_key": ADMIN_KEY,
         "embedding_model": "fake-hash",
+        # Tests do not survive power loss anyway; skipping the fsync per commit keeps them fast.
+        "sqlite_synchronous": "NORMAL",
     }
     values.update(overrides)
     return Settings(**values)

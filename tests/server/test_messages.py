@@ -225,3 +225,25 @@ def test_bodies_are_json_whatever_the_content_type(api: Api) -> None:
     )
     assert response.status_code == 201
     assert rows(api, "SELECT content FROM messages")[0]["content"] == "sent like curl -d"
+
+
+def test_concurrent_writers_never_see_database_is_locked(api: Api) -> None:
+    """Many threads of this process, and a second connection as another process would hold."""
+    from server.store import Store
+
+    other = Store(api.services.settings.sqlite_path, busy_timeout_ms=10_000)
+
+    def write(n: int) -> int:
+        if n % 4 == 0:
+            return other.insert_message(agent="b", phone=f"+1555000{n:04d}", role="user",
+                                        content="x", event_id=None, number=None,
+                                        created_at=None)[0]
+        return api.post_turn(f"t{n}", phone=f"+1555000{n:04d}").status_code
+
+    try:
+        with ThreadPoolExecutor(12) as pool:
+            results = list(pool.map(write, range(200)))
+    finally:
+        other.close()
+    assert len(results) == 200
+    assert len(rows(api, "SELECT id FROM messages")) == 200
