@@ -13,12 +13,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from embeddings.encoder import CachedEncoder, Encoder, SentenceEncoder
 from embeddings.index import VectorIndex
 from server import __version__
+from server.agent_settings import AgentSettings
 from server.auth import KeyRing
 from server.clock import Clock, utc_now
+from server.compaction import Compaction
 from server.config import Settings
 from server.deps import Services
 from server.errors import error_body, install_error_handlers
 from server.indexer import ACTIVE_MODEL, Indexer, VectorSpace
+from server.llm import OpenAICompatible
 from server.memory import MemoryService
 from server.routes import agents, context, keys, memories, messages, ops
 from server.store import Store
@@ -74,12 +77,22 @@ def open_services(
         optimize_every=settings.index_optimize_every,
         before_ack=before_ack,
     )
+    compaction = Compaction(
+        store,
+        indexer,
+        AgentSettings(store, settings),
+        OpenAICompatible(settings) if settings.llm_enabled else None,
+        duplicate_threshold=settings.duplicate_threshold,
+        clock=clock,
+        backoff_s=settings.compact_backoff_s,
+    )
     return Services(
         settings=settings,
         store=store,
         keys=KeyRing(store, settings.admin_key),
-        memory=MemoryService(store, settings, indexer, clock=clock),
+        memory=MemoryService(store, settings, indexer, compaction, clock=clock),
         indexer=indexer,
+        compaction=compaction,
     )
 
 
@@ -88,17 +101,19 @@ def create_app(
     *,
     clock: Clock = utc_now,
     encoder_factory: EncoderFactory | None = None,
-    run_indexer: bool = True,
+    run_workers: bool = True,
 ) -> FastAPI:
-    """The ASGI app. Stores, model and indexer open at start-up and close at shutdown.
-    Tests pass a fake encoder_factory, and run_indexer=False to drive the indexer by hand."""
+    """The ASGI app. Stores, model, indexer and compaction open at start-up and close at
+    shutdown. Tests pass a fake encoder_factory, and run_workers=False to drive the background
+    work (indexing, compaction) by hand."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         services = open_services(settings, clock=clock, encoder_factory=encoder_factory)
         app.state.services = services
-        if run_indexer:
+        if run_workers:
             services.indexer.start()
+            services.compaction.start()
         log.info(
             "memory server %s ready: data in %s, model %s",
             __version__,
@@ -108,6 +123,7 @@ def create_app(
         try:
             yield
         finally:
+            services.compaction.stop()
             services.indexer.stop()
             services.store.close()
 

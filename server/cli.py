@@ -95,6 +95,39 @@ def _reindex(rt: Runtime, args: argparse.Namespace) -> int:
     return 0
 
 
+def _compact(rt: Runtime, args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from server.app import open_services
+
+    agent = validation.agent_name(args.agent) if args.agent else None
+    phone = validation.phone_number(args.phone) if args.phone else None
+    services = open_services(rt.settings, encoder_factory=rt.encoder_factory)
+    totals = {"people": 0, "archived": 0, "facts_added": 0, "failed": 0}
+    try:
+        # Everyone with turns waiting; compact() does nothing for those within compact_keep.
+        people = services.store.people_to_compact(more_than=0, agent=agent, phone=phone)
+        for person_agent, person_phone in tqdm(
+            people, desc="compact", unit="person", disable=args.quiet
+        ):
+            try:
+                done = services.memory.compact(person_agent, person_phone)
+            except ApiError as exc:
+                totals["failed"] += 1
+                print(
+                    f"memory-server: {person_agent} {person_phone}: {exc.message}", file=sys.stderr
+                )
+                continue
+            totals["people"] += 1 if done.archived else 0
+            totals["archived"] += done.archived
+            totals["facts_added"] += done.facts_added
+        services.indexer.drain()
+    finally:
+        services.store.close()
+    print(json.dumps(totals))
+    return 1 if totals["failed"] else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memory-server", description="Conversation memory for AI agents, over HTTP."
@@ -117,6 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reindex.add_argument("--model", help="sentence-transformers name or path (default: setting)")
     reindex.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    compact = commands.add_parser(
+        "compact", help="compact people now: summary and facts with the model, archive turns"
+    )
+    compact.add_argument("--agent", help="only this agent")
+    compact.add_argument("--phone", help="only this person (E.164)")
+    compact.add_argument("--quiet", action="store_true", help="no progress bar")
 
     forget = commands.add_parser("forget", help="erase a person's data for one agent")
     forget.add_argument("--agent", required=True)
@@ -146,6 +186,7 @@ def main(
         "keys": _keys,
         "forget": _forget,
         "reindex": _reindex,
+        "compact": _compact,
     }
     try:
         return handlers[args.command](runtime, args)

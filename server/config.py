@@ -56,6 +56,13 @@ class Settings(BaseSettings):
     compact_trigger: int = Field(
         40, ge=1, description="Compact a person when more than this many turns are waiting."
     )
+    duplicate_threshold: float = Field(
+        0.9, ge=0.0, le=1.0, description="Cosine at which an extracted fact repeats a known one."
+    )
+    compact_backoff_s: tuple[float, ...] = Field(
+        (30.0, 60.0, 120.0, 300.0, 900.0),
+        description="Seconds to wait before retrying a failed compaction, by attempt.",
+    )
     compact_keep: int = Field(
         20, ge=0, description="Turns kept in the recent window by compaction."
     )
@@ -82,6 +89,10 @@ class Settings(BaseSettings):
     llm_model: str = Field("gpt-4o-mini", description="Model name for compaction.")
     llm_api: Literal["responses", "chat"] = Field(
         "responses", description="Responses API, or Chat Completions for servers without it."
+    )
+    llm_timeout_s: float = Field(30.0, gt=0, description="Timeout of one model call, seconds.")
+    llm_retries: int = Field(
+        2, ge=0, le=10, description="Retries of one model call (429, 5xx, timeouts) by the client."
     )
 
     @field_validator("admin_key")

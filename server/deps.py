@@ -9,6 +9,7 @@ from fastapi import Depends, Header, Path, Request
 
 from server import validation
 from server.auth import KeyRing, Principal
+from server.compaction import Compaction
 from server.config import Settings
 from server.indexer import Indexer
 from server.memory import MemoryService
@@ -24,6 +25,7 @@ class Services:
     keys: KeyRing
     memory: MemoryService
     indexer: Indexer
+    compaction: Compaction
 
 
 def get_services(request: Request) -> Services:

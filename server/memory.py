@@ -9,7 +9,9 @@ from typing import Any
 
 from embeddings.encoder import Vectors
 from embeddings.index import Hit, quote
+from server.agent_settings import AgentConfig, AgentSettings
 from server.clock import Clock, format_time, parse_time, utc_now
+from server.compaction import Compacted, Compaction
 from server.config import Settings
 from server.errors import NotFound
 from server.indexer import Indexer
@@ -75,30 +77,6 @@ class PersonExport:
 
 
 @dataclass(frozen=True, slots=True)
-class AgentConfig:
-    """Retrieval and compaction settings of one agent: the server's, overridden per agent."""
-
-    review: bool
-    threshold: float
-    top_k: int
-    excerpt_k: int
-    excerpt_threshold: float
-    excerpt_mode: str
-    compact_trigger: int
-    compact_keep: int
-
-
-AGENT_SETTING_NAMES = tuple(AgentConfig.__dataclass_fields__)
-
-
-@dataclass(frozen=True, slots=True)
-class Compacted:
-    archived: int
-    facts_added: int
-    summary_through_id: int | None
-
-
-@dataclass(frozen=True, slots=True)
 class Forgotten:
     messages: int
     memories: int
@@ -110,38 +88,29 @@ class MemoryService:
     """Conversation memory per agent and person. No HTTP here, and no SQL."""
 
     def __init__(
-        self, store: Store, settings: Settings, indexer: Indexer, *, clock: Clock = utc_now
+        self,
+        store: Store,
+        settings: Settings,
+        indexer: Indexer,
+        compaction: Compaction,
+        *,
+        clock: Clock = utc_now,
     ) -> None:
         self._store = store
         self._settings = settings
         self._indexer = indexer
+        self._compaction = compaction
+        self._agents = AgentSettings(store, settings)
         self._clock = clock
         self._people = KeyedLocks()
 
     # -- per-agent settings ------------------------------------------------------------------
 
     def agent_config(self, agent: str) -> AgentConfig:
-        """Server settings, overridden by what was set for the agent."""
-        s = self._settings
-        values: dict[str, Any] = {
-            "review": False,
-            "threshold": s.similarity_threshold,
-            "top_k": s.top_k,
-            "excerpt_k": s.excerpt_k,
-            "excerpt_threshold": s.excerpt_threshold,
-            "excerpt_mode": s.excerpt_mode,
-            "compact_trigger": s.compact_trigger,
-            "compact_keep": s.compact_keep,
-        }
-        stored = self._store.agent_settings(agent)
-        values.update({k: v for k, v in stored.items() if k in values and v is not None})
-        return AgentConfig(**values)
+        return self._agents.resolve(agent)
 
     def set_agent_config(self, agent: str, changes: dict[str, Any]) -> AgentConfig:
-        stored = self._store.agent_settings(agent)
-        stored.update({k: v for k, v in changes.items() if k in AGENT_SETTING_NAMES})
-        self._store.put_agent_settings(agent, stored)
-        return self.agent_config(agent)
+        return self._agents.update(agent, changes)
 
     # -- turns -------------------------------------------------------------------------------
 
@@ -167,33 +136,16 @@ class MemoryService:
                 number=number,
                 created_at=created_at,
             )
-            if stored:
-                config = self.agent_config(agent)
-                if self._store.waiting_turns(agent, phone) > config.compact_trigger:
-                    self._archive(agent, phone, config.compact_keep)
+        if stored:
+            self._compaction.after_turn(agent, phone, role)
         self._indexer.wake()
         return message_id, stored
 
     # -- compaction --------------------------------------------------------------------------
 
     def compact(self, agent: str, phone: str) -> Compacted:
-        """Archive all but the newest compact_keep waiting turns (on demand)."""
-        with self._people.hold((agent, phone)):
-            archived = self._archive(agent, phone, self.agent_config(agent).compact_keep)
-        summary = self._store.summary(agent, phone)
-        return Compacted(
-            archived=archived,
-            facts_added=0,
-            summary_through_id=summary.through_id if summary else None,
-        )
-
-    def _archive(self, agent: str, phone: str, keep: int) -> int:
-        waiting = self._store.recent_turns(agent, phone, keep + 1)
-        if len(waiting) <= keep:
-            return 0
-        archived = self._store.archive_turns(agent, phone, through_id=waiting[keep].id)
-        self._indexer.wake()
-        return len(archived)
+        """Compact now: all but the newest compact_keep waiting turns."""
+        return self._compaction.run(agent, phone, force=True)
 
     def list_messages(
         self, agent: str, phone: str, *, limit: int, before_id: int | None

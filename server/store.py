@@ -431,43 +431,12 @@ class Store:
 
     def put_summary(self, agent: str, phone: str, text: str, through_id: int | None) -> None:
         with self._transaction() as conn:
-            conn.execute(
-                "INSERT INTO summaries (agent, phone, text, through_id, updated_at)"
-                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (agent, phone) DO UPDATE SET"
-                " text = excluded.text, through_id = excluded.through_id,"
-                " updated_at = excluded.updated_at",
-                (agent, phone, text, through_id, self._now()),
-            )
-            _enqueue(conn, "summary", f"{agent}|{phone}", agent, phone, self._now())
+            _put_summary(conn, agent, phone, text, through_id, self._now())
 
     def insert_memory(self, memory: Memory, *, actor: str) -> Memory:
         """Store a new memory, its 'create' history entry and its outbox row, atomically."""
         with self._transaction() as conn:
-            conn.execute(
-                f"INSERT INTO memories ({_MEMORY_COLUMNS}) VALUES"
-                " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    memory.id,
-                    memory.agent,
-                    memory.phone,
-                    memory.content,
-                    memory.type,
-                    memory.status,
-                    memory.confidence,
-                    memory.source,
-                    json.dumps(memory.metadata),
-                    memory.session_id,
-                    memory.task_id,
-                    memory.graph_id,
-                    json.dumps(memory.source_turns),
-                    memory.seen_count,
-                    memory.created_at,
-                    memory.updated_at,
-                    memory.expires_at,
-                ),
-            )
-            _history(conn, memory, "create", actor, None, memory.content, memory.created_at)
-            _enqueue(conn, "fact", memory.id, memory.agent, memory.phone, memory.created_at)
+            _insert_memory(conn, memory, actor)
         return memory
 
     def newest_memories(self, agent: str, phone: str, *, status: str, limit: int) -> list[Memory]:
@@ -608,20 +577,69 @@ class Store:
     def archive_turns(self, agent: str, phone: str, through_id: int) -> list[int]:
         """Mark the person's waiting turns up to through_id archived and queue them for the
         indexer. Returns the archived ids."""
+        with self._transaction() as conn:
+            return _archive(conn, agent, phone, through_id, self._now())
+
+    def apply_compaction(
+        self,
+        agent: str,
+        phone: str,
+        *,
+        summary: str,
+        through_id: int,
+        new_facts: Sequence[Memory],
+        seen_again: Sequence[str],
+        actor: str,
+    ) -> list[int]:
+        """All effects of one compaction in one transaction: the summary, the new facts (with
+        history and outbox rows), the facts seen again, and the archived turns."""
         now = self._now()
         with self._transaction() as conn:
-            ids = [
-                r[0]
-                for r in conn.execute(
-                    "SELECT id FROM messages WHERE agent = ? AND phone = ? AND archived = 0"
-                    " AND id <= ? ORDER BY id",
-                    (agent, phone, through_id),
+            _put_summary(conn, agent, phone, summary, through_id, now)
+            for memory in new_facts:
+                _insert_memory(conn, memory, actor)
+            for memory_id in seen_again:
+                conn.execute(
+                    "UPDATE memories SET seen_count = seen_count + 1, updated_at = ? WHERE id = ?",
+                    (now, memory_id),
                 )
-            ]
-            conn.executemany("UPDATE messages SET archived = 1 WHERE id = ?", [(i,) for i in ids])
-            for message_id in ids:
-                _enqueue(conn, "turn", str(message_id), agent, phone, now)
-        return ids
+                conn.execute(
+                    "INSERT INTO memory_history (memory_id, agent, phone, action, actor,"
+                    " old_content, new_content, at) VALUES (?, ?, ?, 'seen_again', ?, NULL,"
+                    " NULL, ?)",
+                    (memory_id, agent, phone, actor, now),
+                )
+            return _archive(conn, agent, phone, through_id, now)
+
+    def expire_pending(self, now: str) -> list[Memory]:
+        """Pending memories whose review time has passed become rejected."""
+        with self._transaction() as conn:
+            rows = conn.execute(
+                f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE status = 'pending'"
+                " AND expires_at IS NOT NULL AND expires_at <= ?",
+                (now,),
+            ).fetchall()
+            expired = [_memory(r) for r in rows]
+            for memory in expired:
+                conn.execute(
+                    "UPDATE memories SET status = 'rejected', updated_at = ? WHERE id = ?",
+                    (now, memory.id),
+                )
+                _history(conn, memory, "expire", "system", memory.content, memory.content, now)
+                _enqueue(conn, "fact", memory.id, memory.agent, memory.phone, now)
+        return expired
+
+    def people_to_compact(
+        self, *, more_than: int, agent: str | None = None, phone: str | None = None
+    ) -> list[tuple[str, str]]:
+        """(agent, phone) of people with more than `more_than` turns waiting."""
+        rows = self._reader().execute(
+            "SELECT agent, phone FROM messages WHERE archived = 0"
+            " AND (? IS NULL OR agent = ?) AND (? IS NULL OR phone = ?)"
+            " GROUP BY agent, phone HAVING COUNT(*) > ? ORDER BY agent, phone",
+            (agent, agent, phone, phone, more_than),
+        )
+        return [(r[0], r[1]) for r in rows]
 
     # -- the indexer's reads -------------------------------------------------------------------
 
@@ -748,6 +766,64 @@ def _statements(script: str) -> list[str]:
     """Split a migration script into statements (no semicolons inside our literals)."""
     lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+def _archive(
+    conn: sqlite3.Connection, agent: str, phone: str, through_id: int, now: str
+) -> list[int]:
+    ids = [
+        r[0]
+        for r in conn.execute(
+            "SELECT id FROM messages WHERE agent = ? AND phone = ? AND archived = 0"
+            " AND id <= ? ORDER BY id",
+            (agent, phone, through_id),
+        )
+    ]
+    conn.executemany("UPDATE messages SET archived = 1 WHERE id = ?", [(i,) for i in ids])
+    for message_id in ids:
+        _enqueue(conn, "turn", str(message_id), agent, phone, now)
+    return ids
+
+
+def _put_summary(
+    conn: sqlite3.Connection, agent: str, phone: str, text: str, through_id: int | None, now: str
+) -> None:
+    conn.execute(
+        "INSERT INTO summaries (agent, phone, text, through_id, updated_at)"
+        " VALUES (?, ?, ?, ?, ?) ON CONFLICT (agent, phone) DO UPDATE SET"
+        " text = excluded.text, through_id = excluded.through_id,"
+        " updated_at = excluded.updated_at",
+        (agent, phone, text, through_id, now),
+    )
+    _enqueue(conn, "summary", f"{agent}|{phone}", agent, phone, now)
+
+
+def _insert_memory(conn: sqlite3.Connection, memory: Memory, actor: str) -> None:
+    conn.execute(
+        f"INSERT INTO memories ({_MEMORY_COLUMNS}) VALUES"
+        " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            memory.id,
+            memory.agent,
+            memory.phone,
+            memory.content,
+            memory.type,
+            memory.status,
+            memory.confidence,
+            memory.source,
+            json.dumps(memory.metadata),
+            memory.session_id,
+            memory.task_id,
+            memory.graph_id,
+            json.dumps(memory.source_turns),
+            memory.seen_count,
+            memory.created_at,
+            memory.updated_at,
+            memory.expires_at,
+        ),
+    )
+    _history(conn, memory, "create", actor, None, memory.content, memory.created_at)
+    _enqueue(conn, "fact", memory.id, memory.agent, memory.phone, memory.created_at)
 
 
 def _history(

@@ -131,10 +131,10 @@ def clock() -> FakeClock:
 def api_factory(tmp_path: Path, clock: FakeClock) -> Iterator[Callable[..., Api]]:
     clients: list[TestClient] = []
 
-    def build(*, run_indexer: bool = False, **overrides: Any) -> Api:
+    def build(*, run_workers: bool = False, **overrides: Any) -> Api:
         settings = make_settings(tmp_path / f"data{len(clients)}", **overrides)
         app = create_app(
-            settings, clock=clock, encoder_factory=fake_factory, run_indexer=run_indexer
+            settings, clock=clock, encoder_factory=fake_factory, run_workers=run_workers
         )
         client = TestClient(app)
         client.__enter__()

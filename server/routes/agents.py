@@ -6,8 +6,8 @@ import dataclasses
 
 from fastapi import APIRouter
 
+from server.agent_settings import AgentConfig
 from server.deps import AgentDep, PrincipalDep, ServicesDep
-from server.memory import AgentConfig
 from server.schemas import AgentSettingsIn, AgentSettingsOut
 
 router = APIRouter(prefix="/v1/agents/{agent}", tags=["agents"])

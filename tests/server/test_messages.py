@@ -235,9 +235,15 @@ def test_concurrent_writers_never_see_database_is_locked(api: Api) -> None:
 
     def write(n: int) -> int:
         if n % 4 == 0:
-            return other.insert_message(agent="b", phone=f"+1555000{n:04d}", role="user",
-                                        content="x", event_id=None, number=None,
-                                        created_at=None)[0]
+            return other.insert_message(
+                agent="b",
+                phone=f"+1555000{n:04d}",
+                role="user",
+                content="x",
+                event_id=None,
+                number=None,
+                created_at=None,
+            )[0]
         return api.post_turn(f"t{n}", phone=f"+1555000{n:04d}").status_code
 
     try:

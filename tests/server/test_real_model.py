@@ -30,7 +30,7 @@ def client(tmp_path: Path, encoder: SentenceEncoder) -> Iterator[TestClient]:
         return encoder
 
     settings = make_settings(tmp_path, embedding_model="all-MiniLM-L6-v2")
-    app = create_app(settings, encoder_factory=factory, run_indexer=False)
+    app = create_app(settings, encoder_factory=factory, run_workers=False)
     with TestClient(app) as test_client:
         yield test_client
 

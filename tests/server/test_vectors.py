@@ -218,7 +218,7 @@ def test_indexer_crash_between_embedding_and_ack_loses_and_duplicates_nothing(
 def test_background_indexer_catches_up(api_factory: Callable[..., Api]) -> None:
     import time
 
-    api = api_factory(run_indexer=True, indexer_interval_s=0.05)
+    api = api_factory(run_workers=True, indexer_interval_s=0.05)
     chat(api, 12)
     deadline = time.monotonic() + 20
     while api.client.get("/health").json()["index_lag"] and time.monotonic() < deadline:
@@ -233,7 +233,7 @@ def test_reindex_to_another_model_and_back(
     from server.cli import main
 
     settings = make_settings(tmp_path, embedding_model="fake-hash")
-    app = create_app(settings, encoder_factory=fake_factory, run_indexer=False)
+    app = create_app(settings, encoder_factory=fake_factory, run_workers=False)
     with TestClient(app) as client:
         services = app.state.services
         for i in range(45):

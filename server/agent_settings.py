@@ -1,0 +1,56 @@
+"""Per-agent settings: the server's defaults, overridden by what an admin set for the agent."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from server.config import Settings
+from server.store import Store
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    """Retrieval, compaction and review settings of one agent."""
+
+    review: bool
+    threshold: float
+    top_k: int
+    excerpt_k: int
+    excerpt_threshold: float
+    excerpt_mode: str
+    compact_trigger: int
+    compact_keep: int
+
+
+AGENT_SETTING_NAMES = tuple(AgentConfig.__dataclass_fields__)
+
+
+class AgentSettings:
+    """Reads and writes per-agent overrides; resolve() gives the effective values."""
+
+    def __init__(self, store: Store, settings: Settings) -> None:
+        self._store = store
+        self._settings = settings
+
+    def resolve(self, agent: str) -> AgentConfig:
+        s = self._settings
+        values: dict[str, Any] = {
+            "review": False,
+            "threshold": s.similarity_threshold,
+            "top_k": s.top_k,
+            "excerpt_k": s.excerpt_k,
+            "excerpt_threshold": s.excerpt_threshold,
+            "excerpt_mode": s.excerpt_mode,
+            "compact_trigger": s.compact_trigger,
+            "compact_keep": s.compact_keep,
+        }
+        stored = self._store.agent_settings(agent)
+        values.update({k: v for k, v in stored.items() if k in values and v is not None})
+        return AgentConfig(**values)
+
+    def update(self, agent: str, changes: dict[str, Any]) -> AgentConfig:
+        stored = self._store.agent_settings(agent)
+        stored.update({k: v for k, v in changes.items() if k in AGENT_SETTING_NAMES})
+        self._store.put_agent_settings(agent, stored)
+        return self.resolve(agent)

@@ -1,0 +1,280 @@
+"""Compaction: fold a person's old turns into the rolling summary and durable facts with a
+model, then archive them. Runs in the background, one person at a time, retried with backoff."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import secrets
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from embeddings.index import quote
+from server.agent_settings import AgentSettings
+from server.clock import Clock, format_time, utc_now
+from server.indexer import Indexer
+from server.llm import ExtractedFact, ModelError, Summariser
+from server.locks import KeyedLocks
+from server.store import Memory, Message, Store
+
+log = logging.getLogger(__name__)
+
+REVIEW_DAYS = 7
+BACKOFF_S = (30.0, 60.0, 120.0, 300.0, 900.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Compacted:
+    archived: int
+    facts_added: int
+    summary_through_id: int | None
+    facts_seen_again: int = 0
+
+
+class Compaction:
+    """Decides when to compact, calls the model first and writes every effect in one SQLite
+    transaction, so a crash or a model failure loses nothing."""
+
+    def __init__(
+        self,
+        store: Store,
+        indexer: Indexer,
+        agents: AgentSettings,
+        model: Summariser | None,
+        *,
+        duplicate_threshold: float = 0.9,
+        clock: Clock = utc_now,
+        backoff_s: Sequence[float] = BACKOFF_S,
+    ) -> None:
+        self._store = store
+        self._indexer = indexer
+        self._agents = agents
+        self._model = model
+        self._duplicate_threshold = duplicate_threshold
+        self._clock = clock
+        self._backoff_s = tuple(backoff_s)
+        self._running = KeyedLocks()  # never two compactions of one person at once
+        self._queue: queue.Queue[tuple[str, str] | None] = queue.Queue()
+        self._queued: set[tuple[str, str]] = set()
+        self._failures: dict[tuple[str, str], tuple[int, float]] = {}  # (count, retry at)
+        self._guard = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._warned_no_model = False
+
+    @property
+    def uses_model(self) -> bool:
+        return self._model is not None
+
+    # -- when ---------------------------------------------------------------------------------
+
+    def after_turn(self, agent: str, phone: str, role: str) -> None:
+        """Called after a turn is stored. Without a model, archiving is a quick SQL update and
+        happens at once; with one, compaction is queued after an assistant turn."""
+        config = self._agents.resolve(agent)
+        if self._store.waiting_turns(agent, phone) <= config.compact_trigger:
+            return
+        if self._model is None:
+            self.run(agent, phone, force=False)
+        elif role == "assistant":
+            self.request(agent, phone)
+
+    def request(self, agent: str, phone: str) -> None:
+        """Queue a background compaction, unless one is queued or backing off."""
+        key = (agent, phone)
+        with self._guard:
+            failed = self._failures.get(key)
+            if key in self._queued or (failed and failed[1] > time.monotonic()):
+                return
+            self._queued.add(key)
+        self._queue.put(key)
+
+    # -- the work -----------------------------------------------------------------------------
+
+    def run(self, agent: str, phone: str, *, force: bool) -> Compacted:
+        """Compact one person now. force: even below the trigger. Raises ModelError, having
+        changed nothing, when the model fails."""
+        config = self._agents.resolve(agent)
+        with self._running.hold((agent, phone)):
+            waiting = self._store.recent_turns(agent, phone, 1_000_000)  # newest first
+            summary = self._store.summary(agent, phone)
+            through = summary.through_id if summary else None
+            enough = len(waiting) > (config.compact_keep if force else config.compact_trigger)
+            if not enough or len(waiting) <= config.compact_keep:
+                return Compacted(0, 0, through)
+            old = list(reversed(waiting[config.compact_keep :]))  # oldest first
+            if self._model is None:
+                return self._archive_only(agent, phone, old, through)
+            return self._fold(agent, phone, old, summary.text if summary else None, config.review)
+
+    def _archive_only(
+        self, agent: str, phone: str, old: list[Message], through: int | None
+    ) -> Compacted:
+        if not self._warned_no_model:
+            log.info("no model configured: compaction archives turns without a summary or facts")
+            self._warned_no_model = True
+        archived = self._store.archive_turns(agent, phone, through_id=old[-1].id)
+        self._indexer.wake()
+        return Compacted(len(archived), 0, through)
+
+    def _fold(
+        self, agent: str, phone: str, old: list[Message], previous: str | None, review: bool
+    ) -> Compacted:
+        assert self._model is not None
+        transcript = "\n".join(
+            f"{'Person' if m.role == 'user' else 'Assistant'}: {m.content}" for m in old
+        )
+        # The model first: if it fails, nothing has been written.
+        summary = self._model.summarise(previous, transcript)
+        extracted = self._model.extract_facts(transcript)
+        new, seen_again = self._dedupe(agent, phone, extracted)
+        facts = [self._memory(agent, phone, f, old, review) for f in new]
+        archived = self._store.apply_compaction(
+            agent,
+            phone,
+            summary=summary,
+            through_id=old[-1].id,
+            new_facts=facts,
+            seen_again=seen_again,
+            actor=f"model:{self._model.model}",
+        )
+        # Facts are indexed now, so the next compaction's duplicate check sees them.
+        self._indexer.index_now("fact", [f.id for f in facts])
+        self._indexer.wake()
+        return Compacted(len(archived), len(facts), old[-1].id, len(seen_again))
+
+    def _dedupe(
+        self, agent: str, phone: str, extracted: list[ExtractedFact]
+    ) -> tuple[list[ExtractedFact], list[str]]:
+        """Split extracted facts into new ones and ids of existing facts they repeat (cosine at
+        or above the duplicate threshold), also among themselves."""
+        if not extracted:
+            return [], []
+        space = self._indexer.space
+        vectors = space.encoder.encode([f.content for f in extracted])
+        where = f"agent = {quote(agent)} AND phone = {quote(phone)} AND kind = 'fact'"
+        new: list[ExtractedFact] = []
+        kept: list[int] = []
+        seen_again: list[str] = []
+        for i, fact in enumerate(extracted):
+            hits = space.index.search(
+                vectors[i], where=where, k=1, min_score=self._duplicate_threshold
+            )
+            if hits:
+                if hits[0].row.ref_id not in seen_again:
+                    seen_again.append(hits[0].row.ref_id)
+                continue
+            if any(float(vectors[i] @ vectors[j]) >= self._duplicate_threshold for j in kept):
+                continue
+            kept.append(i)
+            new.append(fact)
+        return new, seen_again
+
+    def _memory(
+        self,
+        agent: str,
+        phone: str,
+        fact: ExtractedFact,
+        turns: list[Message],
+        review: bool,
+    ) -> Memory:
+        now = self._clock()
+        stamp = format_time(now)
+        return Memory(
+            id="mem_" + secrets.token_hex(8),
+            agent=agent,
+            phone=phone,
+            content=fact.content,
+            type=fact.type,
+            status="pending" if review else "approved",
+            confidence=fact.confidence,
+            source="extracted",
+            metadata={},
+            session_id=None,
+            task_id=None,
+            graph_id=None,
+            source_turns=[m.id for m in turns],
+            seen_count=1,
+            created_at=stamp,
+            updated_at=stamp,
+            expires_at=format_time(now + timedelta(days=REVIEW_DAYS)) if review else None,
+        )
+
+    def expire_pending(self) -> int:
+        """Pending memories nobody reviewed within 7 days become rejected."""
+        expired = self._store.expire_pending(format_time(self._clock()))
+        if expired:
+            log.info("review expired for %d pending memories", len(expired))
+            self._indexer.wake()
+        return len(expired)
+
+    # -- the background worker ------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="compaction", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout=60)
+
+    def idle(self) -> bool:
+        """True when nothing is queued or running (tests wait for it)."""
+        with self._guard:
+            return not self._queued and self._queue.empty()
+
+    def _loop(self) -> None:
+        last_sweep = 0.0
+        while True:
+            try:
+                key = self._queue.get(timeout=1.0)
+            except queue.Empty:
+                key = ("", "")
+            if key is None:
+                return
+            if time.monotonic() - last_sweep > 60:
+                last_sweep = time.monotonic()
+                self._safely(self.expire_pending)
+            self._retry_due()
+            if key != ("", ""):
+                self._compact_queued(key)
+
+    def _compact_queued(self, key: tuple[str, str]) -> None:
+        try:
+            self.run(*key, force=False)
+        except ModelError as exc:
+            with self._guard:
+                count = self._failures.get(key, (0, 0.0))[0]
+                delay = self._backoff_s[min(count, len(self._backoff_s) - 1)]
+                self._failures[key] = (count + 1, time.monotonic() + delay)
+            log.warning(
+                "compaction failed (attempt %d), retry in %.0f s: %s", count + 1, delay, exc
+            )
+        except Exception:
+            log.exception("compaction crashed; the turns stay waiting")
+        else:
+            with self._guard:
+                self._failures.pop(key, None)
+        finally:
+            with self._guard:
+                self._queued.discard(key)
+
+    def _retry_due(self) -> None:
+        now = time.monotonic()
+        with self._guard:
+            due = [
+                k for k, (_, at) in self._failures.items() if at <= now and k not in self._queued
+            ]
+            for key in due:
+                self._queued.add(key)
+        for key in due:
+            self._queue.put(key)
+
+    def _safely(self, job: Callable[[], object]) -> None:
+        try:
+            job()
+        except Exception:
+            log.exception("background job failed")
