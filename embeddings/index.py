@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -41,6 +42,40 @@ class Hit:
     score: float  # cosine similarity for semantic, fused or BM25 score otherwise
 
 
+class SharedLock:
+    """Many readers or one exclusive holder: searches run in parallel, while compaction and
+    purge (which delete old files) wait for them and hold them off."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._exclusive = False
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._exclusive)
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._exclusive and self._readers == 0)
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
 def quote(value: str) -> str:
     """A SQL string literal for a LanceDB filter."""
     return "'" + value.replace("'", "''") + "'"
@@ -60,7 +95,8 @@ class VectorIndex:
         self.dim = dim
         self.name = table_name(model, dim)
         self._db = lancedb.connect(str(path))
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # one writer at a time
+        self._files = SharedLock()  # readers versus whoever deletes old files
         self._schema = pa.schema(
             [
                 pa.field("id", pa.string(), nullable=False),
@@ -128,7 +164,7 @@ class VectorIndex:
     def purge(self) -> None:
         """Make deletions physical: rewrite fragments without deleted rows, drop old versions,
         rebuild the indexes, so no file keeps a deleted row's text."""
-        with self._lock:
+        with self._lock, self._files.exclusive():
             dataset = self._table.to_lance()
             dataset.optimize.compact_files(materialize_deletions_threshold=0.0)
             self._table.checkout_latest()  # type: ignore[no-untyped-call]
@@ -138,7 +174,7 @@ class VectorIndex:
     def optimize(self) -> None:
         """Compact small fragments, fold new rows into the indexes, drop versions older than
         ten minutes (a reader in another process, such as a reindex, may still use them)."""
-        with self._lock:
+        with self._lock, self._files.exclusive():
             self._table.optimize(cleanup_older_than=timedelta(minutes=10))
             self._writes_since_optimize = 0
 
@@ -167,7 +203,7 @@ class VectorIndex:
         return int(self._table.count_rows(where))
 
     def all_ids(self) -> list[str]:
-        with self._lock:
+        with self._files.shared():
             table = self._table.to_lance().to_table(columns=["id"])
         return [str(i) for i in table.column("id").to_pylist()]
 
@@ -176,7 +212,7 @@ class VectorIndex:
         if not ids:
             return {}
         where = "id IN (" + ", ".join(quote(i) for i in ids) + ")"
-        with self._lock:
+        with self._files.shared():
             table = self._table.search().where(where).limit(len(ids)).to_arrow()
         rows = table.to_pylist()
         return {r["id"]: (_row(r), np.asarray(r["vector"], dtype=np.float32)) for r in rows}
@@ -200,7 +236,7 @@ class VectorIndex:
         if min_score is not None:
             # _distance is 1 - cosine, so a cosine floor is a distance ceiling.
             query = query.distance_range(upper_bound=1.0 - min_score + 1e-6)
-        with self._lock:
+        with self._files.shared():
             found = query.to_list()
         return [Hit(_row(r), 1.0 - float(r["_distance"])) for r in found]
 
@@ -213,7 +249,7 @@ class VectorIndex:
                 self._build_indexes()
         if not self._indexed:
             return []
-        with self._lock:
+        with self._files.shared():
             found = (
                 self._table.search(_fts_text(text), query_type="fts")
                 .where(where, prefilter=True)

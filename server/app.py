@@ -125,6 +125,7 @@ def create_app(
         finally:
             services.compaction.stop()
             services.indexer.stop()
+            services.memory.close()
             services.store.close()
 
     app = FastAPI(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,6 +104,7 @@ class MemoryService:
         self._agents = AgentSettings(store, settings)
         self._clock = clock
         self._people = KeyedLocks()
+        self._searches = ThreadPoolExecutor(max_workers=8, thread_name_prefix="search")
 
     # -- per-agent settings ------------------------------------------------------------------
 
@@ -175,10 +177,9 @@ class MemoryService:
         excerpts: list[ExcerptHit] = []
         if query:
             vector = self._indexer.space.encoder.encode([query])[0]
-            facts = self.search_facts(
-                agent, phone, vector, k=top_k, threshold=_pick(request.threshold, config.threshold)
-            )
-            excerpts = self.search_excerpts(
+            # The two searches are independent and LanceDB releases the GIL: run them together.
+            pending_excerpts = self._searches.submit(
+                self.search_excerpts,
                 agent,
                 phone,
                 vector,
@@ -187,6 +188,10 @@ class MemoryService:
                 threshold=_pick(request.excerpt_threshold, config.excerpt_threshold),
                 mode=_pick(request.excerpt_mode, config.excerpt_mode),
             )
+            facts = self.search_facts(
+                agent, phone, vector, k=top_k, threshold=_pick(request.threshold, config.threshold)
+            )
+            excerpts = pending_excerpts.result()
         else:
             newest = self._store.newest_memories(agent, phone, status="approved", limit=top_k)
             facts = [FactHit(m.id, m.content, m.type, None) for m in newest]
@@ -339,6 +344,9 @@ class MemoryService:
             summaries=erased[0].summaries,
             vectors=vectors,
         )
+
+    def close(self) -> None:
+        self._searches.shutdown(wait=True)
 
     def now(self) -> str:
         return format_time(self._clock())
