@@ -34,6 +34,10 @@ class IndexRow:
     type: str  # facts: fact/preference/context; turns: user/assistant; summaries: summary
     created_at: str
     text: str
+    # Isolation scopes of memories ("" when none), so searches filter on them in LanceDB.
+    session_id: str = ""
+    task_id: str = ""
+    graph_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +85,11 @@ def quote(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+SCHEMA_VERSION = 2  # part of the table name: a new schema never meets an old table
+
+
 def table_name(model: str, dim: int) -> str:
-    return f"memory_{model_slug(model)}_{dim}"
+    return f"memory_v{SCHEMA_VERSION}_{model_slug(model)}_{dim}"
 
 
 class VectorIndex:
@@ -108,6 +115,9 @@ class VectorIndex:
                 pa.field("type", pa.string(), nullable=False),
                 pa.field("created_at", pa.string(), nullable=False),
                 pa.field("text", pa.string(), nullable=False),
+                pa.field("session_id", pa.string(), nullable=False),
+                pa.field("task_id", pa.string(), nullable=False),
+                pa.field("graph_id", pa.string(), nullable=False),
                 pa.field("vector", pa.list_(pa.float32(), dim), nullable=False),
             ]
         )
@@ -277,17 +287,7 @@ class VectorIndex:
     def _arrow(self, rows: Sequence[IndexRow], vectors: Vectors) -> pa.Table:
         columns: dict[str, Any] = {
             name: [getattr(r, name) for r in rows]
-            for name in (
-                "id",
-                "kind",
-                "ref_id",
-                "agent",
-                "phone",
-                "status",
-                "type",
-                "created_at",
-                "text",
-            )
+            for name in IndexRow.__dataclass_fields__
         }
         flat = pa.array(np.asarray(vectors, dtype=np.float32).reshape(-1), type=pa.float32())
         columns["vector"] = pa.FixedSizeListArray.from_arrays(flat, self.dim)
@@ -346,4 +346,7 @@ def _row(record: dict[str, Any]) -> IndexRow:
         type=record["type"],
         created_at=record["created_at"],
         text=record["text"],
+        session_id=record.get("session_id") or "",
+        task_id=record.get("task_id") or "",
+        graph_id=record.get("graph_id") or "",
     )

@@ -22,6 +22,7 @@ from server.deps import Services
 from server.errors import error_body, install_error_handlers
 from server.indexer import ACTIVE_MODEL, Indexer, VectorSpace
 from server.llm import OpenAICompatible
+from server.memories import MemoryBook
 from server.memory import MemoryService
 from server.routes import agents, context, keys, memories, messages, ops
 from server.store import Store
@@ -93,6 +94,7 @@ def open_services(
         memory=MemoryService(store, settings, indexer, compaction, clock=clock),
         indexer=indexer,
         compaction=compaction,
+        book=MemoryBook(store, indexer, AgentSettings(store, settings), clock=clock),
     )
 
 

@@ -12,6 +12,7 @@ from server.auth import KeyRing, Principal
 from server.compaction import Compaction
 from server.config import Settings
 from server.indexer import Indexer
+from server.memories import MemoryBook
 from server.memory import MemoryService
 from server.store import Store
 
@@ -26,6 +27,7 @@ class Services:
     memory: MemoryService
     indexer: Indexer
     compaction: Compaction
+    book: MemoryBook
 
 
 def get_services(request: Request) -> Services:

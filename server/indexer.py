@@ -67,6 +67,9 @@ def fact_row(memory: Memory) -> IndexRow:
         type=memory.type,
         created_at=memory.created_at,
         text=memory.content,
+        session_id=memory.session_id or "",
+        task_id=memory.task_id or "",
+        graph_id=memory.graph_id or "",
     )
 
 

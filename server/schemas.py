@@ -291,3 +291,80 @@ class MemoryCreate(Strict):
     session_id: str | None = Field(None, min_length=1, max_length=200)
     task_id: str | None = Field(None, min_length=1, max_length=200)
     graph_id: str | None = Field(None, min_length=1, max_length=200)
+
+
+class MemoryUpdate(Strict):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"content": "Maya has two dogs", "metadata": {"v": 2}}]},
+    )
+
+    content: str | None = Field(None, description="New content; re-embedded before the reply.")
+    metadata: dict[str, Any] | None = None
+    type: Literal["fact", "preference", "context"] | None = None
+
+
+class MemoryList(BaseModel):
+    items: list[MemoryOut]
+    total: int
+    as_of: int = Field(
+        description="Pass back as `as_of` for the next pages: memories added later are left out,"
+        " so offsets stay stable."
+    )
+
+
+class MemorySearch(Strict):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "query": "what pet does she have",
+                    "phone": "+15551234567",
+                    "limit": 5,
+                    "threshold": 0.5,
+                },
+                {"query": "order 48213", "mode": "keyword", "metadata": {"channel": "web"}},
+            ]
+        },
+    )
+
+    query: str = Field(min_length=1, max_length=4000)
+    phone: str | None = None
+    limit: int = Field(10, ge=1, le=100)
+    threshold: float = Field(0.7, ge=-1.0, le=1.0, description="Cosine floor (semantic).")
+    mode: Literal["semantic", "keyword", "hybrid"] = "semantic"
+    start_date: str | None = None
+    end_date: str | None = None
+    status: Literal["pending", "approved", "rejected"] | None = None
+    type: Literal["fact", "preference", "context"] | None = None
+    session_id: str | None = Field(None, max_length=200)
+    task_id: str | None = Field(None, max_length=200)
+    graph_id: str | None = Field(None, max_length=200)
+    metadata: dict[str, Any] | None = Field(None, description="Equality on each key given.")
+
+
+class ScoredMemoryOut(MemoryOut):
+    score: float
+
+
+class MemorySearchOut(BaseModel):
+    items: list[ScoredMemoryOut]
+
+
+class MemoryDeleted(BaseModel):
+    deleted: bool
+
+
+class MemoriesCleared(BaseModel):
+    deleted: int
+
+
+class EmbeddingOut(BaseModel):
+    success: bool
+    message: str
+    embedding: list[float] | None = None
+
+
+class MemoryHistoryOut(BaseModel):
+    items: list[HistoryOut]

@@ -153,6 +153,7 @@ class Memory:
 @dataclass(frozen=True, slots=True)
 class HistoryEntry:
     memory_id: str
+    agent: str
     action: str
     actor: str
     old_content: str | None
@@ -175,6 +176,37 @@ class PersonErasure:
     memories: int
     summaries: int
     history: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryFilter:
+    """Filters of the memory list; None means no filter."""
+
+    phone: str | None = None
+    status: str | None = None
+    type: str | None = None
+    session_id: str | None = None
+    task_id: str | None = None
+    graph_id: str | None = None
+    start_date: str | None = None
+    end_date: str | None = None
+    as_of: int | None = None
+
+    def sql(self, agent: str, as_of: int) -> tuple[str, tuple[Any, ...]]:
+        clauses = ["agent = ?", "rowid <= ?"]
+        args: list[Any] = [agent, as_of]
+        for column in ("phone", "status", "type", "session_id", "task_id", "graph_id"):
+            value = getattr(self, column)
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                args.append(value)
+        if self.start_date is not None:
+            clauses.append("created_at >= ?")
+            args.append(self.start_date)
+        if self.end_date is not None:
+            clauses.append("created_at <= ?")
+            args.append(self.end_date)
+        return " AND ".join(clauses), tuple(args)
 
 
 @dataclass(frozen=True, slots=True)
@@ -447,6 +479,15 @@ class Store:
         )
         return [_memory(r) for r in rows]
 
+    def agent_memories(self, agent: str, phone: str | None) -> list[Memory]:
+        """All memories of an agent, or of one person of it."""
+        rows = self._reader().execute(
+            f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE agent = ? AND (? IS NULL OR phone = ?)"
+            " ORDER BY created_at, id",
+            (agent, phone, phone),
+        )
+        return [_memory(r) for r in rows]
+
     def person_memories(self, agent: str, phone: str) -> list[Memory]:
         rows = self._reader().execute(
             f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE agent = ? AND phone = ?"
@@ -455,18 +496,96 @@ class Store:
         )
         return [_memory(r) for r in rows]
 
+    def list_memories(
+        self,
+        agent: str,
+        where: MemoryFilter,
+        *,
+        order_by: str,
+        descending: bool,
+        limit: int,
+        offset: int,
+    ) -> tuple[list[Memory], int, int]:
+        """A page of the agent's memories, the total that match, and the high-water mark
+        (`as_of`): pass it back to keep later pages stable while others insert."""
+        if order_by not in ("created_at", "updated_at"):
+            raise ValueError("order_by")
+        conn = self._reader()
+        conn.execute("BEGIN")  # one snapshot for the count and the page
+        try:
+            as_of = where.as_of
+            if as_of is None:
+                as_of = int(
+                    conn.execute("SELECT COALESCE(MAX(rowid), 0) FROM memories").fetchone()[0]
+                )
+            clause, args = where.sql(agent, as_of)
+            total = int(
+                conn.execute(f"SELECT COUNT(*) FROM memories WHERE {clause}", args).fetchone()[0]
+            )
+            direction = "DESC" if descending else "ASC"
+            rows = conn.execute(
+                f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE {clause}"
+                f" ORDER BY {order_by} {direction}, rowid {direction} LIMIT ? OFFSET ?",
+                (*args, limit, offset),
+            ).fetchall()
+        finally:
+            conn.execute("COMMIT")
+        return [_memory(r) for r in rows], total, as_of
+
+    def update_memory(
+        self, memory: Memory, *, changes: dict[str, Any], action: str, actor: str
+    ) -> Memory:
+        """Apply changes to a memory, record the history entry, queue it for the indexer."""
+        allowed = {"content", "metadata", "type", "status", "expires_at"}
+        if not set(changes) <= allowed:
+            raise ValueError(f"cannot change {set(changes) - allowed}")
+        now = self._now()
+        values = {k: json.dumps(v) if k == "metadata" else v for k, v in changes.items()}
+        values["updated_at"] = now
+        assignments = ", ".join(f"{k} = ?" for k in values)
+        with self._transaction() as conn:
+            conn.execute(
+                f"UPDATE memories SET {assignments} WHERE id = ?", (*values.values(), memory.id)
+            )
+            _history(
+                conn,
+                memory,
+                action,
+                actor,
+                memory.content,
+                changes.get("content", memory.content),
+                now,
+            )
+            _enqueue(conn, "fact", memory.id, memory.agent, memory.phone, now)
+            row = conn.execute(
+                f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE id = ?", (memory.id,)
+            ).fetchone()
+        return _memory(row)
+
+    def delete_memories(self, memories: Sequence[Memory], *, actor: str) -> int:
+        """Delete memories, recording who did it; the indexer removes their vectors."""
+        now = self._now()
+        with self._transaction() as conn:
+            for memory in memories:
+                conn.execute("DELETE FROM memories WHERE id = ?", (memory.id,))
+                _history(conn, memory, "delete", actor, memory.content, None, now)
+                _enqueue(conn, "fact", memory.id, memory.agent, memory.phone, now)
+        return len(memories)
+
     def memory_history(self, memory_ids: Sequence[str]) -> list[HistoryEntry]:
         if not memory_ids:
             return []
         marks = ",".join("?" * len(memory_ids))
         rows = self._reader().execute(
-            "SELECT memory_id, action, actor, old_content, new_content, at FROM memory_history"
+            "SELECT memory_id, agent, action, actor, old_content, new_content, at"
+            " FROM memory_history"
             f" WHERE memory_id IN ({marks}) ORDER BY id",
             tuple(memory_ids),
         )
         return [
             HistoryEntry(
                 memory_id=r["memory_id"],
+                agent=r["agent"],
                 action=r["action"],
                 actor=r["actor"],
                 old_content=r["old_content"],

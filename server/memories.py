@@ -1,0 +1,184 @@
+"""Long-term memories managed directly: list, search, update, delete, review, re-embed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from embeddings.index import Hit, quote
+from server.agent_settings import AgentSettings
+from server.clock import Clock, format_time, utc_now
+from server.errors import NotFound
+from server.indexer import Indexer, fact_row
+from server.store import HistoryEntry, Memory, MemoryFilter, Store
+
+REVIEW_DAYS = 7
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryQuery:
+    """A search over an agent's memories; None means no filter."""
+
+    query: str
+    limit: int = 10
+    threshold: float = 0.7
+    mode: str = "semantic"
+    phone: str | None = None
+    status: str | None = None
+    type: str | None = None
+    session_id: str | None = None
+    task_id: str | None = None
+    graph_id: str | None = None
+    start_date: str | None = None
+    end_date: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    memory: Memory
+    score: float
+
+
+class MemoryBook:
+    """An agent's memories. Every change is recorded in the memory's history and queued for
+    the indexer; changes to content are embedded before the call returns."""
+
+    def __init__(
+        self, store: Store, indexer: Indexer, agents: AgentSettings, *, clock: Clock = utc_now
+    ) -> None:
+        self._store = store
+        self._indexer = indexer
+        self._agents = agents
+        self._clock = clock
+
+    def get(self, agent: str, memory_id: str) -> Memory:
+        """A memory of this agent; another agent's memory does not exist for the caller."""
+        memory = self._store.memories_by_ids([memory_id]).get(memory_id)
+        if memory is None or memory.agent != agent:
+            raise NotFound("Memory not found")
+        return memory
+
+    def page(
+        self,
+        agent: str,
+        where: MemoryFilter,
+        *,
+        order_by: str = "created_at",
+        descending: bool = True,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> tuple[list[Memory], int, int]:
+        return self._store.list_memories(
+            agent, where, order_by=order_by, descending=descending, limit=limit, offset=offset
+        )
+
+    def update(self, agent: str, memory_id: str, changes: dict[str, Any], actor: str) -> Memory:
+        memory = self.get(agent, memory_id)
+        changes = {k: v for k, v in changes.items() if getattr(memory, k) != v}
+        if not changes:
+            return memory
+        updated = self._store.update_memory(memory, changes=changes, action="update", actor=actor)
+        self._indexer.index_now("fact", [memory_id])
+        return updated
+
+    def review(self, agent: str, memory_id: str, *, approve: bool, actor: str) -> Memory:
+        memory = self.get(agent, memory_id)
+        status = "approved" if approve else "rejected"
+        updated = self._store.update_memory(
+            memory,
+            changes={"status": status, "expires_at": None},
+            action="approve" if approve else "reject",
+            actor=actor,
+        )
+        self._indexer.index_now("fact", [memory_id])
+        return updated
+
+    def delete(self, agent: str, memory_id: str, actor: str) -> bool:
+        found = self._store.memories_by_ids([memory_id]).get(memory_id)
+        if found is None or found.agent != agent:
+            return False
+        self._store.delete_memories([found], actor=actor)
+        self._indexer.index_now("fact", [memory_id])
+        return True
+
+    def clear(self, agent: str, phone: str | None, actor: str) -> int:
+        memories = self._store.agent_memories(agent, phone)
+        count = self._store.delete_memories(memories, actor=actor)
+        self._indexer.index_now("fact", [m.id for m in memories])
+        return count
+
+    def history(self, agent: str, memory_id: str) -> list[HistoryEntry]:
+        entries = self._store.memory_history([memory_id])
+        if not entries or entries[0].agent != agent:
+            raise NotFound("Memory not found")
+        return entries
+
+    def regenerate_embedding(self, agent: str, memory_id: str) -> list[float]:
+        """Embed the memory again now and store the vector; returns it."""
+        memory = self.get(agent, memory_id)
+        space = self._indexer.space
+        with self._indexer.lock:
+            vector = space.encoder.encode([memory.content])
+            space.index.upsert([fact_row(memory)], vector)
+        return [float(x) for x in vector[0]]
+
+    def pending_status(self, agent: str, by_admin: bool) -> tuple[str, str | None]:
+        """(status, expires_at) for a new memory: pending for 7 days when the agent reviews."""
+        if by_admin or not self._agents.resolve(agent).review:
+            return "approved", None
+        return "pending", format_time(self._clock() + timedelta(days=REVIEW_DAYS))
+
+    def search(self, agent: str, q: MemoryQuery) -> list[Scored]:
+        """Best first: cosine at or above the threshold (semantic), full text (keyword), or
+        both fused by reciprocal rank (hybrid). Filters apply inside LanceDB; metadata, which
+        the index does not hold, is checked on a wider candidate set."""
+        space = self._indexer.space
+        where = self._where(agent, q)
+        depth = q.limit if not q.metadata else min(1000, q.limit * 20)
+        hits: list[Hit]
+        if q.mode == "keyword":
+            hits = space.index.keyword(q.query, where=where, k=depth)
+        else:
+            vector = space.encoder.encode([q.query])[0]
+            if q.mode == "hybrid":
+                hits = space.index.hybrid(
+                    vector, q.query, where=where, k=depth, min_score=q.threshold
+                )
+            else:
+                hits = space.index.search(vector, where=where, k=depth, min_score=q.threshold)
+        current = self._store.memories_by_ids([h.row.ref_id for h in hits])
+        found: list[Scored] = []
+        for hit in hits:
+            memory = current.get(hit.row.ref_id)
+            if memory is None or memory.agent != agent or not _matches(memory, q):
+                continue
+            found.append(Scored(memory, round(hit.score, 4)))
+        return found[: q.limit]
+
+    @staticmethod
+    def _where(agent: str, q: MemoryQuery) -> str:
+        parts = ["kind = 'fact'", f"agent = {quote(agent)}"]
+        for column in ("phone", "status", "type", "session_id", "task_id", "graph_id"):
+            value = getattr(q, column)
+            if value is not None:
+                parts.append(f"{column} = {quote(value)}")
+        if q.start_date is not None:
+            parts.append(f"created_at >= {quote(q.start_date)}")
+        if q.end_date is not None:
+            parts.append(f"created_at <= {quote(q.end_date)}")
+        return " AND ".join(parts)
+
+
+def _matches(memory: Memory, q: MemoryQuery) -> bool:
+    """The index may lag: check the filters again on the stored memory."""
+    for column in ("phone", "status", "type", "session_id", "task_id", "graph_id"):
+        value = getattr(q, column)
+        if value is not None and getattr(memory, column) != value:
+            return False
+    if q.start_date is not None and memory.created_at < q.start_date:
+        return False
+    if q.end_date is not None and memory.created_at > q.end_date:
+        return False
+    return all(memory.metadata.get(k) == v for k, v in (q.metadata or {}).items())
