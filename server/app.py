@@ -24,7 +24,8 @@ from server.indexer import ACTIVE_MODEL, Indexer, VectorSpace
 from server.llm import OpenAICompatible
 from server.memories import MemoryBook
 from server.memory import MemoryService
-from server.routes import agents, context, keys, memories, messages, ops
+from server.routes import agents, context, keys, memories, messages, ops, search, staff
+from server.search import StaffSearch
 from server.store import Store
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,7 @@ def open_services(
         indexer=indexer,
         compaction=compaction,
         book=MemoryBook(store, indexer, AgentSettings(store, settings), clock=clock),
+        search=StaffSearch(store, indexer),
     )
 
 
@@ -146,6 +148,8 @@ def create_app(
         context.router,
         agents.router,
         memories.router,
+        search.router,
+        staff.router,
     )
     for router in routers:
         app.include_router(router)

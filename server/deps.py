@@ -14,6 +14,7 @@ from server.config import Settings
 from server.indexer import Indexer
 from server.memories import MemoryBook
 from server.memory import MemoryService
+from server.search import StaffSearch
 from server.store import Store
 
 
@@ -28,6 +29,7 @@ class Services:
     indexer: Indexer
     compaction: Compaction
     book: MemoryBook
+    search: StaffSearch
 
 
 def get_services(request: Request) -> Services:

@@ -368,3 +368,68 @@ class EmbeddingOut(BaseModel):
 
 class MemoryHistoryOut(BaseModel):
     items: list[HistoryOut]
+
+
+# -- staff search and audit ---------------------------------------------------------------------
+
+
+class StaffSearchIn(Strict):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"query": "customer who wanted a refund for a blue jacket", "mode": "hybrid"},
+                {
+                    "query": "48213",
+                    "mode": "keyword",
+                    "kinds": ["turns"],
+                    "since": "2026-01-01T00:00:00Z",
+                },
+            ]
+        },
+    )
+
+    query: str = Field(min_length=1, max_length=4000)
+    agents: list[str] | None = Field(None, max_length=200)
+    phone: str | None = None
+    kinds: list[Literal["facts", "turns", "summaries"]] | None = Field(None, min_length=1)
+    mode: Literal["semantic", "keyword", "hybrid"] = "hybrid"
+    since: str | None = None
+    until: str | None = None
+    limit: int = Field(20, ge=1, le=200)
+    offset: int = Field(0, ge=0, le=10_000)
+    threshold: float | None = Field(None, ge=-1.0, le=1.0, description="Cosine floor.")
+
+
+class StaffHit(BaseModel):
+    kind: str = Field(description="facts, turns or summaries")
+    agent: str
+    phone: str
+    id: str
+    text: str
+    score: float
+    created_at: str
+    status: str = Field(description="facts: pending/approved/rejected; turns: recent/archived")
+    highlights: list[tuple[int, int]] = Field(
+        description="[start, end) character spans of the query's words in the text."
+    )
+
+
+class StaffSearchOut(BaseModel):
+    items: list[StaffHit]
+    next_offset: int | None
+
+
+class AuditOut(BaseModel):
+    id: int
+    at: str
+    key_id: str
+    query: str
+    filters: dict[str, Any]
+    result_count: int
+    results: list[list[str]]
+
+
+class AuditList(BaseModel):
+    items: list[AuditOut]
+    next_before_id: int | None

@@ -106,6 +106,19 @@ MIGRATIONS: list[str] = [
     """
     CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
     """,
+    """
+    -- Who searched what across people: staff searches, readable by admins.
+    CREATE TABLE audit (
+        id INTEGER PRIMARY KEY,
+        at TEXT NOT NULL,
+        key_id TEXT NOT NULL,
+        query TEXT NOT NULL,
+        filters TEXT NOT NULL,
+        result_count INTEGER NOT NULL,
+        results TEXT NOT NULL
+    );
+    CREATE INDEX audit_at ON audit (id);
+    """,
 ]
 
 
@@ -207,6 +220,17 @@ class MemoryFilter:
             clauses.append("created_at <= ?")
             args.append(self.end_date)
         return " AND ".join(clauses), tuple(args)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    id: int
+    at: str
+    key_id: str
+    query: str
+    filters: dict[str, Any]
+    result_count: int
+    results: list[list[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -608,6 +632,7 @@ class Store:
             summaries = conn.execute(f"DELETE FROM summaries WHERE {where}", args).rowcount
             history = conn.execute(f"DELETE FROM memory_history WHERE {where}", args).rowcount
             conn.execute(f"DELETE FROM outbox WHERE {where}", args)
+            _redact_audit(conn, agent, phone)
         self.checkpoint()
         return PersonErasure(
             messages=messages, memories=memories, summaries=summaries, history=history
@@ -807,6 +832,46 @@ class Store:
         )
         return int(row[0])
 
+    # -- audit -------------------------------------------------------------------------------
+
+    def add_audit(
+        self, *, key_id: str, query: str, filters: dict[str, Any], results: list[list[str]]
+    ) -> int:
+        """Record a staff search; results are the [agent, phone] pairs it returned."""
+        with self._transaction() as conn:
+            cur = conn.execute(
+                "INSERT INTO audit (at, key_id, query, filters, result_count, results)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    self._now(),
+                    key_id,
+                    query,
+                    json.dumps(filters),
+                    len(results),
+                    json.dumps(results),
+                ),
+            )
+            return int(cur.lastrowid or 0)
+
+    def audit_entries(self, *, limit: int, before_id: int | None) -> list[AuditEntry]:
+        rows = self._reader().execute(
+            "SELECT id, at, key_id, query, filters, result_count, results FROM audit"
+            " WHERE id < ? ORDER BY id DESC LIMIT ?",
+            (before_id if before_id is not None else 2**63 - 1, limit),
+        )
+        return [
+            AuditEntry(
+                id=r["id"],
+                at=r["at"],
+                key_id=r["key_id"],
+                query=r["query"],
+                filters=json.loads(r["filters"]),
+                result_count=r["result_count"],
+                results=json.loads(r["results"]),
+            )
+            for r in rows
+        ]
+
     # -- outbox ------------------------------------------------------------------------------
 
     def outbox_size(self) -> int:
@@ -885,6 +950,23 @@ def _statements(script: str) -> list[str]:
     """Split a migration script into statements (no semicolons inside our literals)."""
     lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+def _redact_audit(conn: sqlite3.Connection, agent: str, phone: str) -> None:
+    """Remove a forgotten person from the audit log's results and filters."""
+    rows = conn.execute(
+        "SELECT id, filters, results FROM audit WHERE results LIKE ? OR filters LIKE ?",
+        (f"%{phone}%", f"%{phone}%"),
+    ).fetchall()
+    for row in rows:
+        results = [r for r in json.loads(row["results"]) if r != [agent, phone]]
+        filters = json.loads(row["filters"])
+        if filters.get("phone") == phone:
+            filters["phone"] = "[forgotten]"
+        conn.execute(
+            "UPDATE audit SET results = ?, filters = ? WHERE id = ?",
+            (json.dumps(results), json.dumps(filters), row["id"]),
+        )
 
 
 def _archive(

@@ -76,3 +76,29 @@ def test_archived_turn_comes_back_for_a_paraphrase(client: TestClient) -> None:
     ).json()
     assert body["excerpts"][0]["content"] == turns[0]
     assert turns[0] not in [h["content"] for h in body["history"]]
+
+
+def test_staff_find_a_paraphrase_and_hybrid_finds_an_order_number(client: TestClient) -> None:
+    turns = (
+        ["I want a refund for the blue jacket, order 48213"]
+        + [
+            f"My order {50000 + 37 * i} has not arrived yet, can you check the delivery?"
+            for i in range(30)
+        ]
+        + [f"Thanks, have a nice day number {i}" for i in range(14)]
+    )
+    for i, text in enumerate(turns):
+        role = "user" if i % 2 == 0 else "assistant"
+        client.post(f"{P}/messages", json={"role": role, "content": text}, headers=admin())
+    client.app.state.services.indexer.drain()  # type: ignore[attr-defined]
+
+    def top(query: str, mode: str) -> list[str]:
+        body = {"query": query, "mode": mode, "kinds": ["turns"], "limit": 3}
+        items = client.post("/v1/search", json=body, headers=admin()).json()["items"]
+        return [i["text"] for i in items]
+
+    paraphrase = top("customer who wanted their money back for a jacket", "hybrid")
+    assert paraphrase[0] == turns[0]
+    assert top("48213", "semantic")[0] != turns[0], "semantic search misses the exact number"
+    assert top("48213", "hybrid")[0] == turns[0]
+    assert top("48213", "keyword")[0] == turns[0]

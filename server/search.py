@@ -1,0 +1,204 @@
+"""Staff search: facts, turns and summaries across people and agents, by meaning or words,
+with every search written to the audit log."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from embeddings.index import Hit, quote
+from server.auth import Principal
+from server.errors import Forbidden
+from server.indexer import Indexer
+from server.store import Store
+
+KIND_OF = {"facts": "fact", "turns": "turn", "summaries": "summary"}
+_WORD = re.compile(r"\w+", re.UNICODE)
+_STOPWORDS = frozenset(
+    "the and for with that this from was were are you your her his she him they them what who"
+    " when where which about into have has had not but all any can our out".split()
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StaffQuery:
+    query: str
+    agents: list[str] | None = None
+    phone: str | None = None
+    kinds: tuple[str, ...] = ("facts", "turns", "summaries")
+    mode: str = "hybrid"
+    since: str | None = None
+    until: str | None = None
+    limit: int = 20
+    offset: int = 0
+    threshold: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    kind: str  # facts | turns | summaries
+    agent: str
+    phone: str
+    id: str
+    text: str
+    score: float
+    created_at: str
+    status: str
+    highlights: list[tuple[int, int]]
+
+
+class StaffSearch:
+    """Searches the index within the agents a key may read, checks each hit against SQLite,
+    and records the search in the audit log."""
+
+    def __init__(self, store: Store, indexer: Indexer) -> None:
+        self._store = store
+        self._indexer = indexer
+
+    def search(self, principal: Principal, q: StaffQuery) -> list[Found]:
+        agents = self._allowed_agents(principal, q.agents)
+        where = self._where(q, agents)
+        space = self._indexer.space
+        depth = q.offset + q.limit
+        hits: list[Hit]
+        if q.mode == "keyword":
+            hits = space.index.keyword(q.query, where=where, k=depth)
+        else:
+            vector = space.encoder.encode([q.query])[0]
+            if q.mode == "hybrid":
+                hits = space.index.hybrid(
+                    vector, q.query, where=where, k=depth, min_score=q.threshold
+                )
+            else:
+                hits = space.index.search(vector, where=where, k=depth, min_score=q.threshold)
+        found = self._still_there(hits)[q.offset : q.offset + q.limit]
+        self._store.add_audit(
+            key_id=principal.key_id,
+            query=q.query,
+            filters=_filters(q),
+            results=[[a, p] for a, p in sorted({(f.agent, f.phone) for f in found})],
+        )
+        return [
+            Found(
+                f.kind,
+                f.agent,
+                f.phone,
+                f.id,
+                f.text,
+                f.score,
+                f.created_at,
+                f.status,
+                highlight(f.text, q.query),
+            )
+            for f in found
+        ]
+
+    @staticmethod
+    def _allowed_agents(principal: Principal, asked: list[str] | None) -> list[str] | None:
+        """The agents to search: None means all (admin, or staff with no list)."""
+        if principal.role not in ("admin", "staff"):
+            raise Forbidden("search needs a staff or admin key")
+        allowed = None if principal.is_admin or not principal.agents else list(principal.agents)
+        if asked is None:
+            return allowed
+        refused = [a for a in asked if allowed is not None and a not in allowed]
+        if refused:
+            raise Forbidden(f"this key may not read agent(s): {', '.join(refused)}")
+        return asked
+
+    @staticmethod
+    def _where(q: StaffQuery, agents: list[str] | None) -> str:
+        kinds = ", ".join(quote(KIND_OF[k]) for k in q.kinds)
+        parts = [f"kind IN ({kinds})"]
+        if agents is not None:
+            parts.append("agent IN (" + ", ".join(quote(a) for a in agents or ["-"]) + ")")
+        if q.phone is not None:
+            parts.append(f"phone = {quote(q.phone)}")
+        if q.since is not None:
+            parts.append(f"created_at >= {quote(q.since)}")
+        if q.until is not None:
+            parts.append(f"created_at <= {quote(q.until)}")
+        return " AND ".join(parts)
+
+    def _still_there(self, hits: list[Hit]) -> list[Found]:
+        """Keep hits whose source still exists, with its current text."""
+        turns = self._store.messages_by_ids(
+            [int(h.row.ref_id) for h in hits if h.row.kind == "turn"]
+        )
+        facts = self._store.memories_by_ids([h.row.ref_id for h in hits if h.row.kind == "fact"])
+        summaries = self._store.summaries_of(
+            [h.row.ref_id for h in hits if h.row.kind == "summary"]
+        )
+        out: list[Found] = []
+        for hit in hits:
+            row, score = hit.row, round(hit.score, 4)
+            if row.kind == "turn" and (m := turns.get(int(row.ref_id))):
+                status = "archived" if m.archived else "recent"
+                out.append(
+                    Found(
+                        "turns",
+                        m.agent,
+                        m.phone,
+                        str(m.id),
+                        m.content,
+                        score,
+                        m.created_at,
+                        status,
+                        [],
+                    )
+                )
+            elif row.kind == "fact" and (f := facts.get(row.ref_id)):
+                out.append(
+                    Found(
+                        "facts",
+                        f.agent,
+                        f.phone or "",
+                        f.id,
+                        f.content,
+                        score,
+                        f.created_at,
+                        f.status,
+                        [],
+                    )
+                )
+            elif row.kind == "summary" and (s := summaries.get(row.ref_id)):
+                agent, phone, summary = s
+                out.append(
+                    Found(
+                        "summaries",
+                        agent,
+                        phone,
+                        row.ref_id,
+                        summary.text,
+                        score,
+                        summary.updated_at,
+                        "current",
+                        [],
+                    )
+                )
+        return out
+
+
+def highlight(text: str, query: str) -> list[tuple[int, int]]:
+    """[start, end) spans of the query's words (3+ letters, or digits) in the text."""
+    words = {
+        w.lower()
+        for w in _WORD.findall(query)
+        if (len(w) >= 3 or w.isdigit()) and w.lower() not in _STOPWORDS
+    }
+    return [(m.start(), m.end()) for m in _WORD.finditer(text) if m.group().lower() in words]
+
+
+def _filters(q: StaffQuery) -> dict[str, Any]:
+    return {
+        "agents": q.agents,
+        "phone": q.phone,
+        "kinds": list(q.kinds),
+        "mode": q.mode,
+        "since": q.since,
+        "until": q.until,
+        "limit": q.limit,
+        "offset": q.offset,
+        "threshold": q.threshold,
+    }

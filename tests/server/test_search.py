@@ -1,0 +1,154 @@
+"""Staff search through HTTP: modes, filters, scope, pagination and the audit log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.conftest import Api, FakeClock, admin, assert_error
+
+MAYA, LEO = "+15550000001", "+15550000002"
+
+
+@pytest.fixture
+def seeded(api: Api, clock: FakeClock) -> Api:
+    """Two agents, two people, archived and recent turns, facts and a summary, all indexed."""
+    api.post_turn("I want a refund for the blue jacket, order 48213", agent="shop", phone=MAYA)
+    for i in range(44):
+        api.post_turn(
+            f"small talk number {i} about the weather",
+            agent="shop",
+            phone=MAYA,
+            role="assistant" if i % 2 else "user",
+        )
+    clock.advance(days=10)
+    api.post_turn("my cat Pixel is sick", agent="vet", phone=LEO)
+    api.post_turn("the blue jacket order arrived", agent="shop", phone=LEO)
+    api.services.memory.add_memory("shop", MAYA, "Maya returns clothes often")
+    api.services.store.put_summary("shop", MAYA, "Maya asked about a jacket refund.", 10)
+    api.index()
+    return api
+
+
+def search(api: Api, headers: dict[str, str] | None = None, **body: Any) -> Any:
+    response = api.client.post("/v1/search", json=body, headers=headers or admin())
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_each_mode_finds_the_archived_turn(seeded: Api) -> None:
+    for mode in ("semantic", "keyword", "hybrid"):
+        items = search(seeded, query="refund blue jacket", mode=mode, kinds=["turns"])["items"]
+        assert items[0]["text"].startswith("I want a refund"), mode
+        assert items[0]["status"] == "archived" and items[0]["phone"] == MAYA
+        assert items[0]["agent"] == "shop" and items[0]["kind"] == "turns"
+        assert set(items[0]) >= {"kind", "agent", "phone", "id", "text", "score", "created_at"}
+
+
+def test_highlights_point_at_the_query_words(seeded: Api) -> None:
+    item = search(seeded, query="refund 48213", mode="keyword")["items"][0]
+    marked = [item["text"][a:b] for a, b in item["highlights"]]
+    assert marked == ["refund", "48213"]
+
+
+def test_kinds_filter(seeded: Api) -> None:
+    facts = search(seeded, query="returns clothes", kinds=["facts"])["items"]
+    assert {i["kind"] for i in facts} == {"facts"}
+    assert facts[0]["text"] == "Maya returns clothes often"
+    summaries = search(seeded, query="jacket refund", kinds=["summaries"])["items"]
+    assert [i["text"] for i in summaries] == ["Maya asked about a jacket refund."]
+    assert summaries[0]["id"] == f"shop|{MAYA}"
+
+
+def test_recent_turns_are_searchable_too(seeded: Api) -> None:
+    items = search(seeded, query="cat Pixel sick", kinds=["turns"])["items"]
+    assert items[0]["text"] == "my cat Pixel is sick" and items[0]["status"] == "recent"
+
+
+def test_person_agent_and_time_filters(seeded: Api) -> None:
+    only_leo = search(seeded, query="blue jacket", phone=LEO)["items"]
+    assert {i["phone"] for i in only_leo} == {LEO}
+    only_vet = search(seeded, query="blue jacket", agents=["vet"])["items"]
+    assert {i["agent"] for i in only_vet} == {"vet"}
+    later = search(seeded, query="blue jacket", since="2026-03-05T00:00:00Z")["items"]
+    assert later and all(i["created_at"] >= "2026-03-05" for i in later)
+    earlier = search(seeded, query="blue jacket", until="2026-03-05T00:00:00Z")["items"]
+    assert earlier and all(i["created_at"] < "2026-03-05" for i in earlier)
+
+
+def test_pagination(seeded: Api) -> None:
+    first = search(seeded, query="small talk weather", kinds=["turns"], limit=5)
+    assert len(first["items"]) == 5 and first["next_offset"] == 5
+    second = search(seeded, query="small talk weather", kinds=["turns"], limit=5, offset=5)
+    assert not {i["id"] for i in first["items"]} & {i["id"] for i in second["items"]}
+
+
+def test_threshold_applies_to_semantic(seeded: Api) -> None:
+    assert search(seeded, query="zzz qqq", mode="semantic", threshold=0.99)["items"] == []
+
+
+def test_staff_scope(seeded: Api) -> None:
+    shop_staff = seeded.key("staff", ["shop"])
+    items = search(seeded, shop_staff, query="cat Pixel sick")["items"]
+    assert items and {i["agent"] for i in items} == {"shop"}
+    assert_error(
+        seeded.client.post(
+            "/v1/search", json={"query": "x", "agents": ["vet"]}, headers=shop_staff
+        ),
+        403,
+    )
+    all_staff = seeded.key("staff")
+    assert search(seeded, all_staff, query="cat Pixel sick")["items"][0]["agent"] == "vet"
+    agent_key = seeded.key("agent:shop")
+    assert_error(seeded.client.post("/v1/search", json={"query": "x"}, headers=agent_key), 403)
+    assert_error(seeded.client.post("/v1/search", json={"query": "x"}), 401)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"query": ""},
+        {"query": "x", "mode": "fuzzy"},
+        {"query": "x", "kinds": []},
+        {"query": "x", "kinds": ["emails"]},
+        {"query": "x", "phone": "555"},
+        {"query": "x", "since": "last week"},
+        {"query": "x", "limit": 0},
+        {"query": "x", "agents": ["Bad Agent"]},
+        {"query": "x", "unknown": 1},
+    ],
+)
+def test_bad_searches_are_422(api: Api, body: dict[str, Any]) -> None:
+    assert_error(api.client.post("/v1/search", json=body, headers=admin()), 422)
+
+
+def test_every_search_is_audited_and_forget_redacts(seeded: Api) -> None:
+    staff = seeded.key("staff")
+    search(seeded, staff, query="blue jacket", phone=MAYA)
+    search(seeded, staff, query="blue jacket")
+    audit = seeded.client.get("/v1/audit", headers=admin()).json()["items"]
+    assert [a["query"] for a in audit] == ["blue jacket", "blue jacket"]
+    newest, oldest = audit
+    assert oldest["filters"]["phone"] == MAYA and newest["key_id"].startswith("key_")
+    assert ["shop", MAYA] in newest["results"] and ["shop", LEO] in newest["results"]
+    assert newest["result_count"] == len(newest["results"])
+    assert_error(seeded.client.get("/v1/audit", headers=staff), 403)
+
+    seeded.client.delete(f"/v1/agents/shop/people/{MAYA}", headers=admin())
+    audit = seeded.client.get("/v1/audit", headers=admin()).json()["items"]
+    assert all(["shop", MAYA] not in a["results"] for a in audit)
+    assert ["shop", LEO] in audit[0]["results"]
+    assert audit[1]["filters"]["phone"] == "[forgotten]"
+    assert MAYA not in str(audit)
+    assert search(seeded, query="refund blue jacket 48213", phone=MAYA)["items"] == []
+
+
+def test_staff_page_is_served_without_a_key(api: Api) -> None:
+    response = api.client.get("/staff")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/html")
+    page = response.text
+    assert "/v1/search" in page and "sessionStorage" in page
+    assert "http://" not in page and "https://" not in page, "no external assets"

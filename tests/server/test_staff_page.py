@@ -1,0 +1,134 @@
+"""The staff page in real headless Chromium (Debian's package, driven by Playwright)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from server.app import create_app
+from tests.conftest import ADMIN_KEY, make_settings
+from tests.fakes import fake_factory
+
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _browser_or_skip() -> str:
+    """Chromium's path; skips with the reason when it cannot run here, fails in CI."""
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        reason = "the playwright package is not installed (scripts/test installs it)"
+    else:
+        if CHROMIUM:
+            return CHROMIUM
+        reason = "Debian's chromium is not installed (scripts/test installs it as root)"
+    if os.environ.get("MEMORY_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"browser test required but cannot run: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def live_server(tmp_path: Path) -> Iterator[str]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    app = create_app(make_settings(tmp_path), encoder_factory=fake_factory, run_workers=False)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    person = f"{base}/v1/agents/shop/people/+15550000001/messages"
+    httpx.post(
+        person,
+        json={"role": "user", "content": "I want a refund for the blue jacket, order 48213"},
+        headers=admin,
+    )
+    for i in range(44):
+        httpx.post(
+            person,
+            json={
+                "role": "assistant" if i % 2 else "user",
+                "content": f"chatting about the weather {i}",
+            },
+            headers=admin,
+        )
+    app.state.services.indexer.drain()
+    try:
+        yield base
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def test_staff_find_a_paraphrase_and_open_the_timeline(live_server: str) -> None:
+    chromium = _browser_or_skip()
+    from playwright.sync_api import sync_playwright
+
+    staff_key = httpx.post(
+        f"{live_server}/v1/keys",
+        json={"scope": "staff"},
+        headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+    ).json()["key"]
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=chromium,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(f"{live_server}/staff")
+
+        page.fill("#key", "mk_wrong")
+        page.fill("#query", "blue jacket refund")
+        page.click("#go")
+        page.wait_for_selector("#status.error")
+        assert "not accepted" in page.inner_text("#status")
+
+        page.fill("#key", staff_key)
+        page.fill("#query", "customer wanting a refund for a blue jacket")
+        page.click("#go")
+        page.wait_for_selector(".hit")
+        first = page.inner_text(".hit >> nth=0")
+        assert "refund for the blue jacket" in first
+        assert page.locator(".hit >> nth=0 >> mark").count() >= 2
+
+        page.click(".person h2 button >> nth=0")
+        page.wait_for_selector("#timeline .turn")
+        assert page.locator("#timeline .turn").count() == 45
+        assert "archived" in page.inner_text("#timeline")
+        page.screenshot(path=str(ARTIFACTS / "staff.png"))
+
+        page.fill("#query", "zzzz qqqq")
+        page.select_option("#mode", "keyword")
+        page.click("#go")
+        page.wait_for_function("document.getElementById('status').textContent.startsWith('No')")
+        assert "No results" in page.inner_text("#status")
+
+        phone = browser.new_page(viewport={"width": 390, "height": 844})
+        phone.goto(f"{live_server}/staff")
+        assert phone.evaluate("document.documentElement.scrollWidth") <= 390
+        browser.close()
