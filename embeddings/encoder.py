@@ -66,21 +66,22 @@ class SentenceEncoder:
     def encode(self, texts: Sequence[str]) -> Vectors:
         if not texts:
             return np.zeros((0, self._dim), dtype=np.float32)
-        parts = []
-        # Lock one batch at a time, so a query waits for at most one batch of a bulk job.
-        for start in range(0, len(texts), self._batch_size):
-            chunk = list(texts[start : start + self._batch_size])
+        # Batches of similar length waste little on padding (the model sorts a whole call the
+        # same way); one batch at a time holds the lock, so a query waits for one batch at most.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
+        out = np.zeros((len(texts), self._dim), dtype=np.float32)
+        for start in range(0, len(order), self._batch_size):
+            chosen = order[start : start + self._batch_size]
             with self._lock:
-                parts.append(
-                    self._model.encode(
-                        chunk,
-                        batch_size=self._batch_size,
-                        normalize_embeddings=True,
-                        convert_to_numpy=True,
-                        show_progress_bar=False,
-                    )
+                vectors = self._model.encode(
+                    [texts[i] for i in chosen],
+                    batch_size=self._batch_size,
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
                 )
-        return np.concatenate(parts).astype(np.float32)
+            out[chosen] = vectors
+        return out
 
 
 class CachedEncoder:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -19,6 +19,16 @@ from lancedb.query import LanceVectorQueryBuilder
 from embeddings.encoder import Vectors, model_slug
 
 RRF_K = 60  # the usual constant of reciprocal-rank fusion
+
+# Filters run inside LanceDB on scalar indexes (exact vector search over the rows that pass).
+_INDEXES: dict[str, Callable[[], Any]] = {
+    "id": BTree,
+    "phone": BTree,
+    "agent": Bitmap,
+    "kind": Bitmap,
+    "status": Bitmap,
+    "text": FTS,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +141,7 @@ class VectorIndex:
             self._table = self._db.create_table(self.name, schema=self._schema)
         else:
             self._table = self._db.open_table(self.name)
-        self._indexed = False
+        self._indexed = self._has_indexes()
         self._writes_since_optimize = 0
 
     # -- writing -----------------------------------------------------------------------------
@@ -178,7 +188,7 @@ class VectorIndex:
             dataset = self._table.to_lance()
             dataset.optimize.compact_files(materialize_deletions_threshold=0.0)
             self._table.checkout_latest()  # type: ignore[no-untyped-call]
-            self._build_indexes()
+            self._build_indexes(rebuild=True)
             self._cleanup()
 
     def optimize(self) -> None:
@@ -197,14 +207,23 @@ class VectorIndex:
         self._table.checkout_latest()  # type: ignore[no-untyped-call]
         self._writes_since_optimize = 0
 
-    def _build_indexes(self) -> None:
+    def _has_indexes(self) -> bool:
+        have = {tuple(i.columns) for i in self._table.list_indices()}
+        return all((column,) in have for column in _INDEXES)
+
+    def _build_indexes(self, *, rebuild: bool = False) -> None:
+        """Scalar indexes for the filters and the full-text index; only the missing ones unless
+        rebuild (after a purge, so no index file keeps deleted text)."""
         if self._table.count_rows() == 0:
+            if rebuild:  # nothing left to index: no index file may keep deleted text
+                for index in self._table.list_indices():
+                    self._table.drop_index(index.name)
+                self._indexed = False
             return
-        self._table.create_index("id", config=BTree(), replace=True)
-        self._table.create_index("phone", config=BTree(), replace=True)
-        self._table.create_index("agent", config=Bitmap(), replace=True)
-        self._table.create_index("kind", config=Bitmap(), replace=True)
-        self._table.create_index("text", config=FTS(), replace=True)
+        have = {tuple(i.columns) for i in self._table.list_indices()}
+        for column, make in _INDEXES.items():
+            if rebuild or (column,) not in have:
+                self._table.create_index(column, config=make(), replace=True)
         self._indexed = True
 
     # -- reading -----------------------------------------------------------------------------
@@ -286,8 +305,7 @@ class VectorIndex:
 
     def _arrow(self, rows: Sequence[IndexRow], vectors: Vectors) -> pa.Table:
         columns: dict[str, Any] = {
-            name: [getattr(r, name) for r in rows]
-            for name in IndexRow.__dataclass_fields__
+            name: [getattr(r, name) for r in rows] for name in IndexRow.__dataclass_fields__
         }
         flat = pa.array(np.asarray(vectors, dtype=np.float32).reshape(-1), type=pa.float32())
         columns["vector"] = pa.FixedSizeListArray.from_arrays(flat, self.dim)

@@ -16,8 +16,43 @@ from server.store import Store
 KIND_OF = {"facts": "fact", "turns": "turn", "summaries": "summary"}
 _WORD = re.compile(r"\w+", re.UNICODE)
 _STOPWORDS = frozenset(
-    "the and for with that this from was were are you your her his she him they them what who"
-    " when where which about into have has had not but all any can our out".split()
+    [
+        "the",
+        "and",
+        "for",
+        "with",
+        "that",
+        "this",
+        "from",
+        "was",
+        "were",
+        "are",
+        "you",
+        "your",
+        "her",
+        "his",
+        "she",
+        "him",
+        "they",
+        "them",
+        "what",
+        "who",
+        "when",
+        "where",
+        "which",
+        "about",
+        "into",
+        "have",
+        "has",
+        "had",
+        "not",
+        "but",
+        "all",
+        "any",
+        "can",
+        "our",
+        "out",
+    ]
 )
 
 
