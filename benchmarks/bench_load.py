@@ -1,12 +1,14 @@
 """Load benchmark: the real server (uvicorn, subprocess) driven over HTTP on 127.0.0.1.
 
 N people x M turns are stored from C concurrent clients; after every turn of a user, the
-client builds that person's context, as an agent does before it answers. Reports p50/p95/p99
-latency and throughput of storing a turn and of building a context, and the index lag.
+client builds that person's context, as an agent does before it answers. Then staff searches
+run. Reports p50/p95/p99 latency and throughput of storing a turn, building a context and staff
+search; the index lag over time; the server's peak memory; and the indexer's embed rate next to
+the raw model's, measured in the same run (a ratio).
 
 Run with:
-    .venv/bin/python benchmarks/bench_load.py --people 1000 --turns 50 --clients 8 \
-        --out benchmarks/results
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_load.py --people 1000 --turns 50 \
+        --clients 4 --out benchmarks/results
 """
 
 from __future__ import annotations
@@ -148,6 +150,121 @@ async def drive(
     return store, context, seconds
 
 
+async def staff_searches(base: str, key: str, count: int, seed: int) -> Series:
+    series = Series("staff search")
+    rng = random.Random(seed)
+    words = [
+        "refund",
+        "jacket",
+        "night",
+        "shift",
+        "hospital",
+        "trip",
+        "Lisbon",
+        "sister",
+        "dog",
+        "order",
+        "blue",
+    ]
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=60) as client:
+        for _ in range(count):
+            query = " ".join(rng.sample(words, 3))
+            started = time.perf_counter()
+            response = await client.post("/v1/search", json={"query": query, "limit": 20})
+            series.ms.append((time.perf_counter() - started) * 1000)
+            series.errors += response.status_code != 200
+    return series
+
+
+class Watcher:
+    """Samples the index lag and the server's memory every second, in a thread."""
+
+    def __init__(self, base: str, pid: int) -> None:
+        import threading
+
+        self.base = base
+        self.pid = pid
+        self.lag: list[tuple[float, int]] = []
+        self.peak_rss_mb = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._started = time.monotonic()
+
+    def __enter__(self) -> Watcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        import psutil
+
+        process = psutil.Process(self.pid)
+        while not self._stop.is_set():
+            try:
+                lag = httpx.get(f"{self.base}/health", timeout=5).json()["index_lag"]
+                self.lag.append((round(time.monotonic() - self._started, 1), int(lag)))
+                self.peak_rss_mb = max(self.peak_rss_mb, process.memory_info().rss / 2**20)
+            except (httpx.HTTPError, psutil.Error):
+                pass
+            self._stop.wait(1.0)
+
+
+def wait_for_index(base: str, limit_s: float = 1800) -> float:
+    started = time.monotonic()
+    while httpx.get(f"{base}/health", timeout=5).json()["index_lag"]:
+        if time.monotonic() - started > limit_s:
+            break
+        time.sleep(0.5)
+    return time.monotonic() - started
+
+
+def indexer_rate(base: str) -> float:
+    """Texts per second of embedding inside the server's indexer, from /metrics."""
+    metrics = dict(
+        line.split(" ", 1)
+        for line in httpx.get(f"{base}/metrics").text.splitlines()
+        if line and not line.startswith("#") and "{" not in line
+    )
+    seconds = float(metrics["memory_indexer_embed_seconds_total"])
+    return float(metrics["memory_indexer_embedded_total"]) / seconds if seconds else 0.0
+
+
+def raw_rate(texts: list[str]) -> float:
+    """Texts per second of SentenceTransformer.encode at batch 64 on the same kind of text."""
+    from sentence_transformers import SentenceTransformer
+
+    from embeddings.encoder import resolve_model
+
+    model = SentenceTransformer(resolve_model("all-MiniLM-L6-v2"), device="cpu")
+    model.encode(texts[:64], batch_size=64)
+    started = time.perf_counter()
+    model.encode(texts, batch_size=64, normalize_embeddings=True, show_progress_bar=False)
+    return len(texts) / (time.perf_counter() - started)
+
+
+def sample_texts(count: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    words = [
+        "dog",
+        "night",
+        "shift",
+        "hospital",
+        "Monday",
+        "jacket",
+        "refund",
+        "blue",
+        "order",
+        "trip",
+        "Lisbon",
+        "sister",
+    ]
+    return [" ".join(rng.choice(words) for _ in range(rng.randint(5, 30))) for _ in range(count)]
+
+
 def render(rows: list[dict[str, Any]]) -> str:
     head = "| operation | requests | errors | p50 ms | p95 ms | p99 ms | mean ms | per s |"
     lines = [head, "|" + " --- |" * 8]
@@ -165,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=50)
     parser.add_argument("--clients", type=int, default=8, help="concurrent HTTP clients")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--searches", type=int, default=200, help="staff searches after ingest")
     parser.add_argument("--out", type=Path, help="folder for bench_load.json and bench_load.md")
     parser.add_argument("--keep-data", action="store_true", help="keep the server's data folder")
     args = parser.parse_args(argv)
@@ -174,35 +292,52 @@ def main(argv: list[str] | None = None) -> int:
     server = start_server(data_dir, port, {})
     try:
         base = f"http://127.0.0.1:{port}"
-        made = httpx.post(
-            f"{base}/v1/keys",
-            json={"scope": f"agent:{AGENT}"},
-            headers={"Authorization": f"Bearer {ADMIN_KEY}"},
-        ).json()
-        store, context, seconds = asyncio.run(
-            drive(base, made["key"], args.people, args.turns, args.clients, args.seed)
-        )
-        health = httpx.get(f"{base}/health").json()
+        admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+        made = httpx.post(f"{base}/v1/keys", json={"scope": f"agent:{AGENT}"}, headers=admin)
+        staff = httpx.post(f"{base}/v1/keys", json={"scope": "staff"}, headers=admin)
+        with Watcher(base, server.pid) as watcher:
+            store, context, seconds = asyncio.run(
+                drive(base, made.json()["key"], args.people, args.turns, args.clients, args.seed)
+            )
+            health = httpx.get(f"{base}/health").json()
+            catch_up_s = wait_for_index(base)
+            search = asyncio.run(
+                staff_searches(base, staff.json()["key"], args.searches, args.seed)
+            )
+            search_seconds = sum(search.ms) / 1000
+        indexer_per_s = indexer_rate(base)
     finally:
         server.terminate()
         server.wait(timeout=30)
         if not args.keep_data:
             shutil.rmtree(data_dir, ignore_errors=True)
 
-    rows = [store.row(seconds), context.row(seconds)]
+    raw_per_s = raw_rate(sample_texts(1000, args.seed))
+    rows = [store.row(seconds), context.row(seconds), search.row(search_seconds)]
     result = {
         "command": "benchmarks/bench_load.py " + " ".join(argv or sys.argv[1:]),
         "people": args.people,
         "turns": args.turns,
         "clients": args.clients,
         "seconds": round(seconds, 1),
-        "index_lag_at_end": health["index_lag"],
+        "index_lag_at_end_of_ingest": health["index_lag"],
+        "index_catch_up_s": round(catch_up_s, 1),
+        "index_lag_over_time": watcher.lag,
+        "peak_rss_mb": round(watcher.peak_rss_mb, 1),
+        "indexer_embed_per_s": round(indexer_per_s, 1),
+        "raw_encode_per_s": round(raw_per_s, 1),
+        "indexer_to_raw_ratio": round(indexer_per_s / raw_per_s, 3) if raw_per_s else None,
         "cpus": os.cpu_count(),
         "results": rows,
     }
-    table = render(rows)
+    table = render(rows) + (
+        f"\n\n{args.people} people x {args.turns} turns, {args.clients} clients, {seconds:.1f} s;"
+        f" index lag at the end of ingest {health['index_lag']}, caught up {catch_up_s:.0f} s"
+        f" later; peak server memory {watcher.peak_rss_mb:.0f} MB; indexer"
+        f" {indexer_per_s:.0f} texts/s vs raw encode {raw_per_s:.0f} texts/s"
+        f" (ratio {result['indexer_to_raw_ratio']})."
+    )
     print(table)
-    print(f"\n{args.people} people x {args.turns} turns, {args.clients} clients, {seconds:.1f} s")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "bench_load.json").write_text(json.dumps(result, indent=2))
