@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from embeddings.encoder import CachedEncoder, Encoder, SentenceEncoder
+from embeddings.hashing import hash_encoder, is_hash_model
 from embeddings.index import VectorIndex
 from server import __version__
 from server.agent_settings import AgentSettings
@@ -36,6 +37,8 @@ EncoderFactory = Callable[[str], Encoder]
 
 def default_encoder_factory(settings: Settings) -> EncoderFactory:
     def load(model: str) -> Encoder:
+        if is_hash_model(model):  # "hash:<dim>": no model at all, for drills and smoke runs
+            return hash_encoder(model)
         return SentenceEncoder(model, batch_size=settings.embedding_batch_size)
 
     return load

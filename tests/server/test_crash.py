@@ -1,0 +1,222 @@
+"""Crash drills: the real server in a subprocess, killed with SIGKILL mid-stream, during
+indexing and during compaction, then restarted. Nothing acknowledged is lost or doubled, and
+the index catches up with SQLite with no orphan and no missing vector."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from embeddings.index import VectorIndex
+from tests.conftest import ADMIN_KEY
+from tests.fake_llm import FakeLLM
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+
+class Server:
+    """`python -m server serve` on a free port, with a data folder that outlives it."""
+
+    def __init__(self, data_dir: Path, **env: str) -> None:
+        self.data_dir = data_dir
+        self.env = env
+        self.process: subprocess.Popen[bytes] | None = None
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = int(sock.getsockname()[1])
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        env = {
+            **os.environ,
+            "MEMORY_DATA_DIR": str(self.data_dir),
+            "MEMORY_PORT": str(self.port),
+            "MEMORY_ADMIN_KEY": ADMIN_KEY,
+            "MEMORY_LOG_LEVEL": "warning",
+            "MEMORY_EMBEDDING_MODEL": "hash:64",
+            "MEMORY_INDEXER_INTERVAL_S": "0.05",
+            "HF_HUB_OFFLINE": "1",
+            **self.env,
+        }
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "server", "serve"],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                if httpx.get(f"{self.base}/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            assert self.process.poll() is None, "server exited at start"
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+
+    def lag(self) -> int:
+        return int(httpx.get(f"{self.base}/health", timeout=5).json()["index_lag"])
+
+    def wait_indexed(self, seconds: float = 120) -> None:
+        deadline = time.monotonic() + seconds
+        while self.lag():
+            assert time.monotonic() < deadline, "the index did not catch up"
+            time.sleep(0.1)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    made = Server(tmp_path / "data")
+    yield made
+    made.stop()
+
+
+def post(base: str, phone: str, event_id: str, text: str, role: str = "user") -> httpx.Response:
+    return httpx.post(
+        f"{base}/v1/agents/drill/people/{phone}/messages",
+        json={"role": role, "content": text, "event_id": event_id},
+        headers=ADMIN,
+        timeout=10,
+    )
+
+
+def sqlite_rows(data_dir: Path, sql: str) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(data_dir / "memory.db")
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+def assert_index_matches_sqlite(server: Server, model: str = "hash:64", dim: int = 64) -> None:
+    server.wait_indexed()
+    server.stop()
+    sources = {f"turn:{r[0]}" for r in sqlite_rows(server.data_dir, "SELECT id FROM messages")}
+    sources |= {f"fact:{r[0]}" for r in sqlite_rows(server.data_dir, "SELECT id FROM memories")}
+    sources |= {
+        f"summary:{r[0]}|{r[1]}"
+        for r in sqlite_rows(server.data_dir, "SELECT agent, phone FROM summaries")
+    }
+    ids = VectorIndex(server.data_dir / "lance", model, dim).all_ids()
+    assert len(ids) == len(set(ids)), "a vector is indexed twice"
+    assert set(ids) == sources, "orphans or missing vectors"
+
+
+def test_sigkill_mid_stream_loses_nothing_acknowledged(server: Server) -> None:
+    server.start()
+    acked: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def client(n: int) -> None:
+        for i in range(150):
+            event = f"c{n}-{i}"
+            try:
+                response = post(server.base, f"+1555000{n:04d}", event, f"client {n} turn {i}")
+            except httpx.HTTPError:
+                return
+            if response.status_code in (200, 201):
+                with lock:
+                    acked[event] = response.json()["id"]
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    while len(acked) < 120:
+        time.sleep(0.01)
+    server.kill()
+    for thread in threads:
+        thread.join()
+
+    server.start()
+    for n in range(4):  # every event is delivered again: a webhook retries until it gets a 2xx
+        for i in range(150):
+            response = post(server.base, f"+1555000{n:04d}", f"c{n}-{i}", f"client {n} turn {i}")
+            assert response.status_code in (200, 201)
+            if f"c{n}-{i}" in acked:
+                assert response.status_code == 200
+                assert response.json() == {"id": acked[f"c{n}-{i}"], "stored": False}
+    rows = sqlite_rows(server.data_dir, "SELECT event_id, COUNT(*) FROM messages GROUP BY 1")
+    assert len(rows) == 600 and {count for _, count in rows} == {1}
+    assert_index_matches_sqlite(server)
+
+
+def test_sigkill_during_indexing_then_the_index_catches_up(server: Server) -> None:
+    server.env["MEMORY_INDEXER_BATCH_SIZE"] = "4"
+    server.env["MEMORY_INDEXER_INTERVAL_S"] = "0.5"
+    server.start()
+    for i in range(300):
+        assert post(server.base, "+15550001111", f"e{i}", f"turn {i} about dogs").status_code == 201
+    assert server.lag() > 0, "the drill needs the indexer to be busy"
+    server.kill()
+    server.start()
+    assert_index_matches_sqlite(server)
+
+
+def test_sigkill_during_compaction_keeps_every_turn(tmp_path: Path) -> None:
+    with FakeLLM() as llm:
+        llm.delay_s = 2.0
+        server = Server(
+            tmp_path / "data",
+            MEMORY_LLM_BASE_URL=llm.base_url,
+            MEMORY_LLM_RETRIES="0",
+            MEMORY_LLM_TIMEOUT_S="20",
+            MEMORY_COMPACT_BACKOFF_S="[0.1]",
+        )
+        try:
+            server.start()
+            for i in range(42):
+                role = "user" if i % 2 == 0 else "assistant"
+                response = post(server.base, "+15550002222", f"e{i}", f"turn {i}", role=role)
+                assert response.status_code == 201
+            deadline = time.monotonic() + 10
+            while not llm.requests:  # the model call is under way
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            server.kill()
+            assert sqlite_rows(server.data_dir, "SELECT COUNT(*) FROM messages") == [(42,)]
+            assert sqlite_rows(server.data_dir, "SELECT COUNT(*) FROM summaries") == [(0,)]
+            assert sqlite_rows(
+                server.data_dir, "SELECT COUNT(*) FROM messages WHERE archived = 1"
+            ) == [(0,)]
+
+            llm.delay_s = 0.0
+            server.start()
+            post(server.base, "+15550002222", "e42", "turn 42", role="user")
+            post(server.base, "+15550002222", "e43", "turn 43", role="assistant")
+            deadline = time.monotonic() + 30
+            while sqlite_rows(server.data_dir, "SELECT COUNT(*) FROM summaries") == [(0,)]:
+                assert time.monotonic() < deadline, "compaction did not run after the restart"
+                time.sleep(0.1)
+            assert sqlite_rows(server.data_dir, "SELECT COUNT(*) FROM messages") == [(44,)]
+            assert sqlite_rows(
+                server.data_dir, "SELECT COUNT(*) FROM messages WHERE archived = 1"
+            ) == [(24,)]
+            assert_index_matches_sqlite(server)
+        finally:
+            server.stop()
