@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -128,6 +129,21 @@ def _compact(rt: Runtime, args: argparse.Namespace) -> int:
     return 1 if totals["failed"] else 0
 
 
+def _backup(rt: Runtime, args: argparse.Namespace) -> int:
+    from server.backup import BackupError, backup, restore
+
+    try:
+        if args.command == "backup":
+            report = backup(rt.settings, args.dir)
+        else:
+            report = restore(rt.settings, args.dir)
+    except BackupError as exc:
+        print(f"memory-server: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(dataclasses.asdict(report)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memory-server", description="Conversation memory for AI agents, over HTTP."
@@ -158,6 +174,15 @@ def build_parser() -> argparse.ArgumentParser:
     compact.add_argument("--phone", help="only this person (E.164)")
     compact.add_argument("--quiet", action="store_true", help="no progress bar")
 
+    backup = commands.add_parser(
+        "backup", help="copy the database and vector tables to DIR (safe while serving)"
+    )
+    backup.add_argument("dir", type=Path)
+    restore = commands.add_parser(
+        "restore", help="replace the data folder with a backup from DIR (stop the server first)"
+    )
+    restore.add_argument("dir", type=Path)
+
     forget = commands.add_parser("forget", help="erase a person's data for one agent")
     forget.add_argument("--agent", required=True)
     forget.add_argument("--phone", required=True, help="E.164, e.g. +15551234567")
@@ -187,6 +212,8 @@ def main(
         "forget": _forget,
         "reindex": _reindex,
         "compact": _compact,
+        "backup": _backup,
+        "restore": _backup,
     }
     try:
         return handlers[args.command](runtime, args)
