@@ -33,6 +33,8 @@ ENDPOINTS = [
     ("POST", f"/v1/agents/{AGENT}/memories/mem_unknown/reject", None, "admin"),
     ("GET", f"/v1/agents/{AGENT}/memories/mem_unknown/history", None, "read"),
     ("GET", f"/v1/agents/{AGENT}/settings", None, "read"),
+    ("POST", "/v1/search", {"query": "x"}, "search"),
+    ("GET", "/v1/audit", None, "admin"),
     ("PUT", f"/v1/agents/{AGENT}/settings", {"top_k": 3}, "admin"),
     ("POST", "/v1/keys", {"scope": "staff"}, "admin"),
     ("GET", "/v1/keys", None, "admin"),
@@ -56,6 +58,7 @@ ALLOWED = {
     "write": {"right_agent", "admin"},
     "read": {"right_agent", "admin", "staff_all", "staff_listed"},
     "admin": {"admin"},
+    "search": {"admin", "staff_all", "staff_listed", "staff_other"},
 }
 
 
@@ -79,6 +82,29 @@ def test_auth_matrix(
         assert response.status_code < 400 or response.status_code == 404, response.text
     else:
         assert_error(response, 403, "forbidden")
+
+
+PUBLIC = {("/health", "get"), ("/metrics", "get"), ("/staff", "get")}
+
+
+def _template(path: str) -> str:
+    """The OpenAPI template of a concrete path of ENDPOINTS."""
+    path = path.replace(P, "/v1/agents/{agent}/people/{phone}")
+    path = path.replace(f"/v1/agents/{AGENT}/", "/v1/agents/{agent}/")
+    path = path.replace("/memories/mem_unknown", "/memories/{memory_id}")
+    return path.replace("/v1/keys/key_unknown", "/v1/keys/{key_id}")
+
+
+def test_the_matrix_covers_every_endpoint_of_the_schema(api: Api) -> None:
+    schema = api.client.get("/openapi.json").json()["paths"]
+    in_schema = {(path, method) for path, ops in schema.items() for method in ops}
+    covered = {(_template(path), method.lower()) for method, path, _, _ in ENDPOINTS}
+    assert in_schema - PUBLIC - covered == set(), "an endpoint without an auth test"
+
+
+def test_public_endpoints_need_no_key(api: Api) -> None:
+    for path, _ in PUBLIC:
+        assert api.client.get(path).status_code == 200, path
 
 
 def test_wrong_agent_key_changes_nothing(api: Api) -> None:
