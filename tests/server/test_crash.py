@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import httpx
 import pytest
@@ -35,12 +36,15 @@ class Server:
         self.data_dir = data_dir
         self.env = env
         self.process: subprocess.Popen[bytes] | None = None
+        self._log: BinaryIO | None = None
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = int(sock.getsockname()[1])
         self.base = f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> None:
+    def start(self, stderr: Path | None = None) -> None:
+        self._close_log()
+        self._log = stderr.open("ab") if stderr else None
         env = {
             **os.environ,
             "MEMORY_DATA_DIR": str(self.data_dir),
@@ -57,7 +61,7 @@ class Server:
             env=env,
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=self._log if self._log else subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 90
         while True:
@@ -79,6 +83,12 @@ class Server:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             self.process.wait(timeout=30)
+        self._close_log()
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
     def lag(self) -> int:
         return int(httpx.get(f"{self.base}/health", timeout=5).json()["index_lag"])

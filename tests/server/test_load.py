@@ -1,0 +1,72 @@
+"""A bounded load test on 127.0.0.1: many people, concurrent clients, a few thousand requests;
+no 5xx, no "database is locked", and memory that stays flat."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from tests.conftest import ADMIN_KEY
+from tests.server.test_crash import Server
+
+pytestmark = pytest.mark.slow
+
+PEOPLE, TURNS, CLIENTS = 40, 30, 8
+
+
+def test_load_without_errors_and_with_flat_memory(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    server = Server(tmp_path / "data")
+    server.start(stderr=log)
+    assert server.process is not None
+    process = psutil.Process(server.process.pid)
+    statuses: Counter[int] = Counter()
+    lock = threading.Lock()
+    rss: list[float] = []
+
+    def client(n: int, phase: int) -> None:
+        headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+        with httpx.Client(base_url=server.base, headers=headers, timeout=30) as http:
+            for person in range(n, PEOPLE, CLIENTS):
+                url = f"/v1/agents/load/people/+1555{person:07d}"
+                for turn in range(phase * TURNS // 2, (phase + 1) * TURNS // 2):
+                    codes = [
+                        http.post(
+                            f"{url}/messages",
+                            json={
+                                "role": "user" if turn % 2 == 0 else "assistant",
+                                "content": f"person {person} turn {turn} about refunds and dogs",
+                                "event_id": f"{person}-{turn}",
+                            },
+                        ).status_code,
+                        http.get(f"{url}/context").status_code,
+                    ]
+                    if turn % 10 == 0:
+                        codes.append(
+                            http.post("/v1/search", json={"query": "refund dog"}).status_code
+                        )
+                    with lock:
+                        statuses.update(codes)
+
+    try:
+        for phase in (0, 1):
+            threads = [threading.Thread(target=client, args=(n, phase)) for n in range(CLIENTS)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            server.wait_indexed()
+            rss.append(process.memory_info().rss / 2**20)
+    finally:
+        server.stop()
+
+    total = sum(statuses.values())
+    assert total >= 2000
+    assert set(statuses) <= {200, 201}, statuses
+    assert "database is locked" not in log.read_text()
+    assert rss[1] - rss[0] < 60, f"memory grew from {rss[0]:.0f} MB to {rss[1]:.0f} MB"
