@@ -46,7 +46,7 @@ class Settings(BaseSettings):
     similarity_threshold: float = Field(
         0.7, ge=-1.0, le=1.0, description="Default cosine floor for facts in a context."
     )
-    excerpt_k: int = Field(5, ge=0, description="Default number of archived-turn excerpts.")
+    excerpt_k: int = Field(10, ge=0, description="Default number of archived-turn excerpts.")
     excerpt_threshold: float = Field(
         0.0, ge=-1.0, le=1.0, description="Default cosine floor for semantic excerpts."
     )
@@ -70,6 +70,12 @@ class Settings(BaseSettings):
     embedding_model: str = Field(
         DEFAULT_MODEL,
         description="sentence-transformers model name or local path; default the bundled MiniLM.",
+    )
+    turn_window: int = Field(
+        1,
+        ge=0,
+        le=5,
+        description="Turns indexed with this many neighbours each side (0: the turn alone).",
     )
     embedding_batch_size: int = Field(64, ge=1, description="Texts per embedding batch.")
     indexer_batch_size: int = Field(128, ge=1, description="Outbox rows the indexer takes at once.")

@@ -42,7 +42,8 @@ class VectorSpace:
     index: VectorIndex
 
 
-def turn_row(message: Message) -> IndexRow:
+def turn_row(message: Message, text: str | None = None) -> IndexRow:
+    """A turn's index row; `text` is what gets embedded and searched (see turn_text)."""
     return IndexRow(
         id=f"turn:{message.id}",
         kind="turn",
@@ -52,8 +53,23 @@ def turn_row(message: Message) -> IndexRow:
         status="archived" if message.archived else "recent",
         type=message.role,
         created_at=message.created_at,
-        text=message.content,
+        text=message.content if text is None else text,
     )
+
+
+def turn_text(store: Store, message: Message, window: int) -> str:
+    """The turn with up to `window` turns of the same conversation before and after it.
+    Neighbours carry what a reply is about ("yes, in June!"): on LoCoMo, indexing turns with
+    one neighbour each side lifts keyword recall@10 from 0.61 to 0.77 (benchmarks/README.md).
+    Turns after it exist once it is archived, which is when excerpts can find it."""
+    if window <= 0:
+        return message.content
+    before, after = store.neighbours(message, window)
+    return "\n".join([*before, message.content, *after])
+
+
+def turn_rows(store: Store, messages: Sequence[Message], window: int) -> list[IndexRow]:
+    return [turn_row(m, turn_text(store, m, window)) for m in messages]
 
 
 def fact_row(memory: Memory) -> IndexRow:
@@ -101,6 +117,7 @@ class Indexer:
         optimize_every: int = 50,
         before_ack: Callable[[], None] | None = None,
         switch_to: Callable[[str], VectorSpace] | None = None,
+        turn_window: int = 1,
     ) -> None:
         self._store = store
         self.space = space
@@ -109,6 +126,7 @@ class Indexer:
         self._optimize_every = optimize_every
         self._before_ack = before_ack
         self._switch_to = switch_to
+        self._window = turn_window
         self.lock = threading.RLock()  # one batch, purge or switch at a time
         self.stats = IndexerStats()
         self._stop = threading.Event()
@@ -208,7 +226,7 @@ class Indexer:
         for ref in sorted(refs["turn"]):
             message = messages.get(int(ref))
             if message:
-                rows.append(turn_row(message))
+                rows.append(turn_row(message, turn_text(self._store, message, self._window)))
             else:
                 gone.append(f"turn:{ref}")
         memories = self._store.memories_by_ids(sorted(refs["fact"]))

@@ -10,7 +10,7 @@ from tqdm import tqdm
 from embeddings.index import IndexRow, VectorIndex
 from server.app import EncoderFactory
 from server.config import Settings
-from server.indexer import ACTIVE_MODEL, fact_row, summary_row, turn_row
+from server.indexer import ACTIVE_MODEL, fact_row, summary_row, turn_rows
 from server.store import Store
 
 
@@ -39,7 +39,7 @@ def rebuild_index(
         )
         for kind in ("turn", "fact", "summary"):
             for ids in store.iter_sources(kind):
-                rows = _rows(store, kind, ids)
+                rows = _rows(store, kind, ids, settings.turn_window)
                 index.upsert(rows, encoder.encode([r.text for r in rows]))
                 seen.update(r.id for r in rows)
                 bar.update(len(ids))
@@ -59,9 +59,10 @@ def rebuild_index(
         store.close()
 
 
-def _rows(store: Store, kind: str, ids: list[str]) -> list[IndexRow]:
+def _rows(store: Store, kind: str, ids: list[str], window: int) -> list[IndexRow]:
     if kind == "turn":
-        return [turn_row(m) for m in store.messages_by_ids([int(i) for i in ids]).values()]
+        messages = store.messages_by_ids([int(i) for i in ids]).values()
+        return turn_rows(store, list(messages), window)
     if kind == "fact":
         return [fact_row(m) for m in store.memories_by_ids(ids).values()]
     found = store.summaries_of(ids)

@@ -453,6 +453,22 @@ class Store:
         )
         return [_message(r) for r in rows]
 
+    def neighbours(self, message: Message, window: int) -> tuple[list[str], list[str]]:
+        """Contents of up to `window` turns before and after a turn, in order."""
+        conn = self._reader()
+        args = (message.agent, message.phone, message.id, window)
+        before = conn.execute(
+            "SELECT content FROM messages WHERE agent = ? AND phone = ? AND id < ?"
+            " ORDER BY id DESC LIMIT ?",
+            args,
+        ).fetchall()
+        after = conn.execute(
+            "SELECT content FROM messages WHERE agent = ? AND phone = ? AND id > ?"
+            " ORDER BY id LIMIT ?",
+            args,
+        ).fetchall()
+        return [r[0] for r in reversed(before)], [r[0] for r in after]
+
     def all_messages(self, agent: str, phone: str) -> list[Message]:
         rows = self._reader().execute(
             f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE agent = ? AND phone = ? ORDER BY id",

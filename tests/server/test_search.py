@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,8 +13,10 @@ MAYA, LEO = "+15550000001", "+15550000002"
 
 
 @pytest.fixture
-def seeded(api: Api, clock: FakeClock) -> Api:
-    """Two agents, two people, archived and recent turns, facts and a summary, all indexed."""
+def seeded(api_factory: Callable[..., Api], clock: FakeClock) -> Api:
+    """Two agents, two people, archived and recent turns, facts and a summary, all indexed.
+    Turns are indexed alone (turn_window 0) so each hit's text is what the query matched."""
+    api = api_factory(turn_window=0)
     api.post_turn("I want a refund for the blue jacket, order 48213", agent="shop", phone=MAYA)
     for i in range(44):
         api.post_turn(

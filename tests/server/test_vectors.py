@@ -41,18 +41,20 @@ def test_more_than_forty_waiting_turns_archive_all_but_twenty(api: Api) -> None:
     assert len(listed["items"]) == 41, "archived turns are kept"
 
 
-def test_archived_turns_come_back_as_excerpts(api: Api) -> None:
+def test_archived_turns_come_back_as_excerpts(api_factory: Callable[..., Api]) -> None:
+    api = api_factory(turn_window=0)
     chat(api, 45, lambda i: "my dog Biscuit ate my homework" if i == 3 else f"chatting {i}")
     api.index()
     body = api.context(query="what did Biscuit the dog eat", excerpt_mode="semantic").json()
     assert body["excerpts"][0]["content"] == "my dog Biscuit ate my homework"
     assert body["excerpts"][0]["score"] > 0
-    assert len(body["excerpts"]) <= 5
+    assert len(body["excerpts"]) <= 10
     recent = {h["content"] for h in body["history"]}
     assert not recent & {e["content"] for e in body["excerpts"]}
 
 
-def test_excerpt_modes_and_k(api: Api) -> None:
+def test_excerpt_modes_and_k(api_factory: Callable[..., Api]) -> None:
+    api = api_factory(turn_window=0)
     chat(api, 45, lambda i: f"order {48000 + i} shipped" if i < 25 else f"other {i}")
     api.index()
     for mode in ("semantic", "keyword", "hybrid"):
@@ -114,7 +116,7 @@ def test_settings_then_agent_then_request(api_factory: Callable[..., Api]) -> No
     assert len(api.context(query="alpha").json()["facts"]) == 2
     assert len(api.context(query="alpha", k=3).json()["facts"]) == 3
     got = api.client.get(f"/v1/agents/{AGENT}/settings", headers=admin()).json()
-    assert got["top_k"] == 2 and got["threshold"] == -1 and got["excerpt_k"] == 5
+    assert got["top_k"] == 2 and got["threshold"] == -1 and got["excerpt_k"] == 10
     other = api.client.get("/v1/agents/other/settings", headers=admin()).json()
     assert other["top_k"] == 1 and other["threshold"] == 0.7
 
@@ -144,7 +146,45 @@ def test_compaction_per_agent_settings_and_on_demand(api: Api) -> None:
     assert again.json()["archived"] == 0
 
 
-def test_indexer_batches_and_reuses_vectors_when_a_turn_is_archived(api: Api) -> None:
+def test_a_reply_is_found_through_its_neighbours(api: Api) -> None:
+    """Turns are indexed with one neighbour each side: a short reply is found by what it
+    answers."""
+    chat(
+        api,
+        45,
+        lambda i: {
+            3: "when is your sister Ana getting married",
+            4: "Yes! In June",
+            5: "lovely",
+        }.get(i, f"chatting {i}"),
+    )
+    api.index()
+    row = api.services.indexer.space.index.get(["turn:5"])["turn:5"][0]
+    assert row.text == "when is your sister Ana getting married\nYes! In June\nlovely"
+    body = api.context(query="sister Ana married", excerpt_mode="keyword", excerpt_k=3).json()
+    assert "Yes! In June" in [e["content"] for e in body["excerpts"]]
+
+
+def test_archiving_re_embeds_a_turn_with_the_turn_after_it(api: Api) -> None:
+    inner = api.services.indexer.space.encoder._inner
+    assert isinstance(inner, HashEncoder)
+    for i in range(40):  # indexed as they come: each with the turn before it only
+        api.post_turn(f"turn number {i}")
+        api.index()
+    api.post_turn("the forty-first")  # 41 waiting: the oldest 21 are archived
+    inner.calls.clear()
+    api.index()
+    # The new turn and the 21 archived ones with their next turn; one of those texts ("turn
+    # number 0\nturn number 1") was embedded before as turn 2's, so the cache serves it.
+    assert sum(inner.calls) == 1 + 21 - 1
+    row = api.services.indexer.space.index.get(["turn:21"])["turn:21"][0]
+    assert row.text == "turn number 19\nturn number 20\nturn number 21"
+
+
+def test_indexer_batches_and_reuses_vectors_when_a_turn_is_archived(
+    api_factory: Callable[..., Api],
+) -> None:
+    api = api_factory(turn_window=0)
     chat(api, 30)
     encoder = api.services.indexer.space.encoder
     inner = encoder._inner
