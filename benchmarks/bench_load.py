@@ -283,13 +283,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=8, help="concurrent HTTP clients")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--searches", type=int, default=200, help="staff searches after ingest")
+    parser.add_argument(
+        "--model", default="all-MiniLM-L6-v2", help="MEMORY_EMBEDDING_MODEL (hash:64: no model)"
+    )
     parser.add_argument("--out", type=Path, help="folder for bench_load.json and bench_load.md")
     parser.add_argument("--keep-data", action="store_true", help="keep the server's data folder")
     args = parser.parse_args(argv)
 
     data_dir = Path(tempfile.mkdtemp(prefix="bench-load-"))
     port = free_port()
-    server = start_server(data_dir, port, {})
+    server = start_server(data_dir, port, {"MEMORY_EMBEDDING_MODEL": args.model})
     try:
         base = f"http://127.0.0.1:{port}"
         admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
@@ -312,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep_data:
             shutil.rmtree(data_dir, ignore_errors=True)
 
-    raw_per_s = raw_rate(sample_texts(1000, args.seed))
+    hashing = args.model.startswith("hash:")
+    raw_per_s = 0.0 if hashing else raw_rate(sample_texts(1000, args.seed))
     rows = [store.row(seconds), context.row(seconds), search.row(search_seconds)]
     result = {
         "command": "benchmarks/bench_load.py " + " ".join(argv or sys.argv[1:]),
