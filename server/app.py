@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+import math
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -20,7 +21,7 @@ from server.clock import Clock, utc_now
 from server.compaction import Compaction
 from server.config import Settings
 from server.deps import Services
-from server.errors import error_body, install_error_handlers
+from server.errors import error_body, field_code, install_error_handlers
 from server.indexer import ACTIVE_MODEL, Indexer, VectorSpace
 from server.llm import OpenAICompatible
 from server.memories import MemoryBook
@@ -81,6 +82,7 @@ def open_services(
         interval_s=settings.indexer_interval_s,
         optimize_every=settings.index_optimize_every,
         before_ack=before_ack,
+        turn_window=settings.turn_window,
     )
     compaction = Compaction(
         store,
@@ -142,6 +144,8 @@ def create_app(
         lifespan=lifespan,
         # JSON is the only body format, so a body without a Content-Type is read as JSON.
         strict_content_type=False,
+        # No 307 to a "parent" path: DELETE .../memories/%2F must never become DELETE .../memories.
+        redirect_slashes=False,
     )
     install_error_handlers(app)
     routers = (
@@ -161,7 +165,8 @@ def create_app(
 
 
 class BodyLimit:
-    """Refuses bodies over the limit with 413, whether announced by Content-Length or streamed."""
+    """Refuses bodies over the limit with 413, whether announced by Content-Length or streamed,
+    and JSON bodies no route should see with 422 (see strict_json_problem)."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -193,7 +198,110 @@ class BodyLimit:
             more = message.get("more_body", False)
         if body:
             scope = _as_json(scope)
+            if scope.get("method") in _BODY_METHODS:
+                problem = strict_json_problem(bytes(body))
+                if problem is not None:
+                    await _send_error(send, 422, *problem)
+                    return
         await self.app(scope, _replay(bytes(body), receive), send)
+
+
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+MAX_JSON_DEPTH = 64
+
+
+class _NotStrictJson(Exception):
+    pass
+
+
+def strict_json_problem(body: bytes) -> tuple[str, str] | None:
+    """Why a body that parses as JSON must still be refused, as (code, message), else None.
+
+    Python's parser accepts what no route should see: NaN and Infinity (not JSON), numbers that
+    overflow to infinity, duplicate keys (which one wins?), nesting deep enough to exhaust the
+    stack, and keys or strings with lone surrogates, which cannot be stored or sent back as
+    UTF-8 (a metadata value with one used to be stored, then failed every read with a 500).
+    A body that is not JSON at all is left to the route, which answers 400 or 422 as before."""
+    try:
+        value = json.loads(
+            body,
+            parse_constant=_no_constant,
+            parse_float=_finite_float,
+            object_pairs_hook=_unique_keys,
+        )
+    except _NotStrictJson as exc:
+        return "invalid_json", str(exc)
+    except RecursionError:
+        return "invalid_json", f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+    except ValueError:
+        return None
+    brackets = body.count(b"[") + body.count(b"{")
+    if brackets <= MAX_JSON_DEPTH and b"\\u" not in body and b"\x00" not in body:
+        return None  # UTF-8 (no NUL byte), no escapes: no surrogate; too few brackets for depth
+    for path, depth, text in _walk(value):
+        if depth > MAX_JSON_DEPTH:
+            return "invalid_json", f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+        if text is not None and (why := _bad_text(text)):
+            code = field_code(path[0]) if path else "invalid_request"
+            return code, f"{_label(path)}: {why}"
+    return None
+
+
+def _no_constant(name: str) -> float:
+    raise _NotStrictJson(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise _NotStrictJson(f"number out of range: {text[:40]}")
+    return number
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _NotStrictJson(f"duplicate key {_label((key,))!r} in a JSON object")
+            seen.add(key)
+    return obj
+
+
+def _walk(value: object) -> Iterator[tuple[tuple[str, ...], int, str | None]]:
+    """(path, depth, text) for every container (text None), key and string, without recursion."""
+    stack: list[tuple[object, tuple[str, ...], int]] = [(value, (), 0)]
+    while stack:
+        node, path, depth = stack.pop()
+        if isinstance(node, dict):
+            yield path, depth + 1, None
+            for key, item in node.items():
+                yield (*path, key), depth + 1, key
+                stack.append((item, (*path, key), depth + 1))
+        elif isinstance(node, list):
+            yield path, depth + 1, None
+            stack.extend((item, (*path, str(i)), depth + 1) for i, item in enumerate(node))
+        elif isinstance(node, str):
+            yield path, depth, node
+
+
+def _bad_text(text: str) -> str | None:
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains a lone surrogate, which is not valid Unicode text"
+    return None
+
+
+def _label(path: tuple[str, ...]) -> str:
+    """A JSON path for a message: printable ASCII, short."""
+    label = ".".join(
+        part if part.isascii() and part.isprintable() else ascii(part) for part in path
+    )
+    return (label or "body")[:200]
 
 
 def _as_json(scope: Scope) -> Scope:
@@ -218,13 +326,15 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 
 async def _refuse(send: Send, max_bytes: int) -> None:
-    payload = json.dumps(
-        error_body(413, "body_too_large", f"request body is larger than {max_bytes} bytes")
-    ).encode()
+    await _send_error(send, 413, "body_too_large", f"request body is larger than {max_bytes} bytes")
+
+
+async def _send_error(send: Send, status: int, code: str, message: str) -> None:
+    payload = json.dumps(error_body(status, code, message)).encode()
     await send(
         {
             "type": "http.response.start",
-            "status": 413,
+            "status": status,
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(payload)).encode()),

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from fastapi import FastAPI, Request
@@ -90,6 +92,11 @@ _FIELD_CODES = {
 }
 
 
+def field_code(field: str) -> str:
+    """The error code for an invalid value of a body field: invalid_phone for phone, and so on."""
+    return _FIELD_CODES.get(field, "invalid_request")
+
+
 def _validation_code(errors: list[dict[str, Any]]) -> str:
     first = errors[0] if errors else {}
     kind = str(first.get("type", ""))
@@ -137,3 +144,60 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         return error_response(500, "internal_error", "internal error")
+
+    app.openapi = _with_error_responses(app.openapi)  # type: ignore[method-assign]
+
+
+# The one error shape, as the OpenAPI schema describes it.
+ERROR_SCHEMA: dict[str, Any] = {
+    "title": "Error",
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["status", "code", "message"],
+            "properties": {
+                "status": {"type": "integer", "minimum": 400, "maximum": 599},
+                "code": {"type": "string", "examples": ["invalid_phone"]},
+                "message": {"type": "string"},
+            },
+        }
+    },
+}
+
+
+def _error_response(description: str) -> dict[str, Any]:
+    content = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+    return {"description": description, "content": content}
+
+
+def _with_error_responses(build: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
+    """Wrap FastAPI's schema builder so that every operation documents its errors: any 4xx
+    (bad input, key, right, unknown id, body too large) in the one error shape, and 422 in that
+    shape too instead of FastAPI's HTTPValidationError, which this API never sends."""
+    done: dict[str, Any] | None = None
+
+    def openapi() -> dict[str, Any]:
+        nonlocal done
+        schema = build()  # FastAPI caches it: the same dict every time
+        if schema is not done:
+            _document_errors(schema)
+            done = schema
+        return schema
+
+    return openapi
+
+
+def _document_errors(schema: dict[str, Any]) -> None:
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    components["Error"] = ERROR_SCHEMA
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            responses = operation.setdefault("responses", {})
+            if "422" in responses:
+                responses["422"] = _error_response("Invalid request")
+            responses.setdefault("4XX", _error_response("Any other client error"))
+    if "#/components/schemas/HTTPValidationError" not in json.dumps(schema.get("paths", {})):
+        components.pop("HTTPValidationError", None)
+        components.pop("ValidationError", None)
