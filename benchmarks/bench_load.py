@@ -64,6 +64,9 @@ class Series:
         }
 
 
+WORDS = "dog night shift hospital Monday jacket refund blue order trip Lisbon sister".split()  # noqa: SIM905
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -106,20 +109,6 @@ async def drive(
     for person in range(people):
         queue.put_nowait(person)
     rng = random.Random(seed)
-    words = [
-        "dog",
-        "night",
-        "shift",
-        "hospital",
-        "Monday",
-        "jacket",
-        "refund",
-        "blue",
-        "order",
-        "trip",
-        "Lisbon",
-        "sister",
-    ]
 
     async def worker(client: httpx.AsyncClient) -> None:
         while not queue.empty():
@@ -127,7 +116,7 @@ async def drive(
             url = f"/v1/agents/{AGENT}/people/{phone_of(person)}"
             for turn in range(turns):
                 role = "user" if turn % 2 == 0 else "assistant"
-                text = " ".join(rng.choice(words) for _ in range(rng.randint(5, 30)))
+                text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 30)))
                 started = time.perf_counter()
                 response = await client.post(
                     f"{url}/messages",
@@ -248,21 +237,7 @@ def raw_rate(texts: list[str]) -> float:
 
 def sample_texts(count: int, seed: int) -> list[str]:
     rng = random.Random(seed)
-    words = [
-        "dog",
-        "night",
-        "shift",
-        "hospital",
-        "Monday",
-        "jacket",
-        "refund",
-        "blue",
-        "order",
-        "trip",
-        "Lisbon",
-        "sister",
-    ]
-    return [" ".join(rng.choice(words) for _ in range(rng.randint(5, 30))) for _ in range(count)]
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 30))) for _ in range(count)]
 
 
 def render(rows: list[dict[str, Any]]) -> str:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from embeddings.encoder import CachedEncoder, Vectors
-from embeddings.index import IndexRow, VectorIndex, purge_person_from_table, table_names
+from embeddings.index import Hit, IndexRow, VectorIndex, purge_person_from_table, table_names
 from server.store import Memory, Message, OutboxItem, Store, Summary
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,26 @@ class VectorSpace:
 
     encoder: CachedEncoder
     index: VectorIndex
+
+    def retrieve(
+        self,
+        mode: str,
+        query: str,
+        *,
+        where: str,
+        k: int,
+        min_score: float | None = None,
+        vector: Vectors | None = None,
+    ) -> list[Hit]:
+        """semantic (cosine, floored by min_score), keyword (full text) or hybrid (both, fused
+        by reciprocal rank). The query is embedded unless its vector is given."""
+        if mode == "keyword":
+            return self.index.keyword(query, where=where, k=k)
+        if vector is None:
+            vector = self.encoder.encode([query])[0]
+        if mode == "hybrid":
+            return self.index.hybrid(vector, query, where=where, k=k, min_score=min_score)
+        return self.index.search(vector, where=where, k=k, min_score=min_score)
 
 
 def turn_row(message: Message, text: str | None = None) -> IndexRow:

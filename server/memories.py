@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from embeddings.index import Hit, quote
+from embeddings.index import quote
 from server.agent_settings import AgentSettings
 from server.clock import Clock, format_time, utc_now
 from server.errors import NotFound
@@ -134,20 +134,10 @@ class MemoryBook:
         """Best first: cosine at or above the threshold (semantic), full text (keyword), or
         both fused by reciprocal rank (hybrid). Filters apply inside LanceDB; metadata, which
         the index does not hold, is checked on a wider candidate set."""
-        space = self._indexer.space
-        where = self._where(agent, q)
         depth = q.limit if not q.metadata else min(1000, q.limit * 20)
-        hits: list[Hit]
-        if q.mode == "keyword":
-            hits = space.index.keyword(q.query, where=where, k=depth)
-        else:
-            vector = space.encoder.encode([q.query])[0]
-            if q.mode == "hybrid":
-                hits = space.index.hybrid(
-                    vector, q.query, where=where, k=depth, min_score=q.threshold
-                )
-            else:
-                hits = space.index.search(vector, where=where, k=depth, min_score=q.threshold)
+        hits = self._indexer.space.retrieve(
+            q.mode, q.query, where=self._where(agent, q), k=depth, min_score=q.threshold
+        )
         current = self._store.memories_by_ids([h.row.ref_id for h in hits])
         found: list[Scored] = []
         for hit in hits:

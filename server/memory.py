@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from embeddings.encoder import Vectors
-from embeddings.index import Hit, quote
+from embeddings.index import quote
 from server.agent_settings import AgentConfig, AgentSettings
 from server.clock import Clock, format_time, parse_time, utc_now
 from server.compaction import Compacted, Compaction
@@ -237,15 +237,10 @@ class MemoryService:
         mode: str,
     ) -> list[ExcerptHit]:
         """Archived turns relevant to the query: semantic, keyword, or both fused (hybrid)."""
-        index = self._indexer.space.index
         where = _person_filter(agent, phone) + " AND kind = 'turn' AND status = 'archived'"
-        hits: list[Hit]
-        if mode == "keyword":
-            hits = index.keyword(query, where=where, k=k)
-        elif mode == "hybrid":
-            hits = index.hybrid(vector, query, where=where, k=k, min_score=threshold)
-        else:
-            hits = index.search(vector, where=where, k=k, min_score=threshold)
+        hits = self._indexer.space.retrieve(
+            mode, query, where=where, k=k, min_score=threshold, vector=vector
+        )
         turns = self._store.messages_by_ids([int(h.row.ref_id) for h in hits])
         found = []
         for hit in hits:

@@ -93,20 +93,13 @@ class StaffSearch:
 
     def search(self, principal: Principal, q: StaffQuery) -> list[Found]:
         agents = self._allowed_agents(principal, q.agents)
-        where = self._where(q, agents)
-        space = self._indexer.space
-        depth = q.offset + q.limit
-        hits: list[Hit]
-        if q.mode == "keyword":
-            hits = space.index.keyword(q.query, where=where, k=depth)
-        else:
-            vector = space.encoder.encode([q.query])[0]
-            if q.mode == "hybrid":
-                hits = space.index.hybrid(
-                    vector, q.query, where=where, k=depth, min_score=q.threshold
-                )
-            else:
-                hits = space.index.search(vector, where=where, k=depth, min_score=q.threshold)
+        hits = self._indexer.space.retrieve(
+            q.mode,
+            q.query,
+            where=self._where(q, agents),
+            k=q.offset + q.limit,
+            min_score=q.threshold,
+        )
         found = self._still_there(hits)[q.offset : q.offset + q.limit]
         self._store.add_audit(
             key_id=principal.key_id,
