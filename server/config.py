@@ -51,7 +51,8 @@ class Settings(BaseSettings):
         0.0, ge=-1.0, le=1.0, description="Default cosine floor for semantic excerpts."
     )
     excerpt_mode: ExcerptMode = Field(
-        "hybrid", description="Excerpt retrieval: semantic, keyword or hybrid (RRF of both)."
+        "keyword",
+        description="Excerpt retrieval: keyword (the LoCoMo winner), semantic or hybrid (RRF).",
     )
     compact_trigger: int = Field(
         40, ge=1, description="Compact a person when more than this many turns are waiting."

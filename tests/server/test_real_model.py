@@ -71,10 +71,18 @@ def test_archived_turn_comes_back_for_a_paraphrase(client: TestClient) -> None:
         role = "user" if i % 2 == 0 else "assistant"
         client.post(f"{P}/messages", json={"role": role, "content": text}, headers=admin())
     client.app.state.services.indexer.drain()  # type: ignore[attr-defined]
+    # A paraphrase sharing no word needs meaning: hybrid (or semantic) excerpts.
     body = client.get(
-        f"{P}/context", params={"query": "Where did I forget my coat?"}, headers=admin()
+        f"{P}/context",
+        params={"query": "Where did I forget my coat?", "excerpt_mode": "hybrid"},
+        headers=admin(),
     ).json()
     assert body["excerpts"][0]["content"] == turns[0]
+    # The default (keyword) finds it by a shared word.
+    default = client.get(
+        f"{P}/context", params={"query": "did anyone find my jacket?"}, headers=admin()
+    ).json()
+    assert default["excerpts"][0]["content"] == turns[0]
     assert turns[0] not in [h["content"] for h in body["history"]]
 
 
