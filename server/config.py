@@ -79,7 +79,7 @@ class Settings(BaseSettings):
         description="Turns indexed with this many neighbours each side (0: the turn alone).",
     )
     embedding_batch_size: int = Field(64, ge=1, description="Texts per embedding batch.")
-    indexer_batch_size: int = Field(128, ge=1, description="Outbox rows the indexer takes at once.")
+    indexer_batch_size: int = Field(512, ge=1, description="Outbox rows the indexer takes at once.")
     indexer_interval_s: float = Field(
         0.5, gt=0, description="Seconds the indexer sleeps when the outbox is empty."
     )

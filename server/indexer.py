@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -123,6 +125,14 @@ def summary_row(agent: str, phone: str, summary: Summary) -> IndexRow:
     )
 
 
+def _lower_priority() -> None:
+    """Embedding is background work: let request threads have the CPU first. On Linux a
+    thread's nice value is its own, and the model's worker threads started from this thread
+    inherit it."""
+    with contextlib.suppress(AttributeError, OSError):  # not Linux, or not allowed
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+
+
 class Indexer:
     """Background worker: one batch at a time, outbox rows removed only once LanceDB has them,
     so a crash anywhere loses nothing and a replay duplicates nothing (upserts by id)."""
@@ -169,6 +179,7 @@ class Indexer:
         self._wake.set()
 
     def _loop(self) -> None:
+        _lower_priority()
         while not self._stop.is_set():
             try:
                 done = self.run_once()
@@ -197,14 +208,20 @@ class Indexer:
         del samples[:-600]
 
     def run_once(self) -> int:
-        """Index one batch from the outbox. Returns how many outbox rows it handled."""
-        with self.lock:
-            items = self._store.outbox_batch(self._batch_size)
-            if items:
-                self._process(items)
-            if self.space.index.writes_since_optimize >= self._optimize_every:
+        """Index one batch from the outbox. Returns how many outbox rows it handled.
+        The embedding, the slow part, runs without the lock, so a memory created through the
+        API or a forget never waits for a whole batch; the writes happen under the lock from
+        the state SQLite holds then."""
+        items = self._store.outbox_batch(self._batch_size)
+        if items:
+            space = self.space
+            embedded = self._embed_new(space, self._load(items)[0])
+            with self.lock:
+                self._process(items, embedded if space is self.space else {})
+        if self.space.index.writes_since_optimize >= self._optimize_every:
+            with self.lock:
                 self.space.index.optimize()
-            return len(items)
+        return len(items)
 
     def drain(self) -> int:
         """Index until the outbox is empty (tests, the CLI)."""
@@ -215,17 +232,21 @@ class Indexer:
 
     def index_now(self, kind: str, ref_ids: Sequence[str]) -> None:
         """Index these items before returning (a memory created through the API)."""
-        with self.lock:
-            items = self._store.outbox_for(kind, ref_ids)
-            if items:
-                self._process(items)
+        items = self._store.outbox_for(kind, ref_ids)
+        if items:
+            space = self.space
+            embedded = self._embed_new(space, self._load(items)[0])
+            with self.lock:
+                self._process(items, embedded if space is self.space else {})
 
     # -- one batch ---------------------------------------------------------------------------
 
-    def _process(self, items: Sequence[OutboxItem]) -> None:
+    def _process(self, items: Sequence[OutboxItem], embedded: dict[str, Vectors]) -> None:
+        """Under the lock: read the items' current state again (a forget or an edit may have
+        happened while embedding), write it, then acknowledge the outbox rows."""
         rows, gone = self._load(items)
         index = self.space.index
-        vectors = self._vectors(rows)
+        vectors = self._vectors(rows, embedded)
         index.upsert(rows, vectors)
         index.delete_ids(gone)
         if self._before_ack is not None:
@@ -265,9 +286,24 @@ class Indexer:
                 gone.append(f"summary:{ref}")
         return rows, gone
 
-    def _vectors(self, rows: Sequence[IndexRow]) -> Vectors:
-        """Embed what is new or changed; reuse stored vectors where the text is the same
-        (archiving a turn or approving a fact changes its status, not its text)."""
+    def _embed_new(self, space: VectorSpace, rows: Sequence[IndexRow]) -> dict[str, Vectors]:
+        """Vectors of the texts the index does not hold yet, by text (no lock held)."""
+        stored = space.index.get([r.id for r in rows])
+        texts = sorted(
+            {r.text for r in rows if (h := stored.get(r.id)) is None or h[0].text != r.text}
+        )
+        if not texts:
+            return {}
+        started = time.perf_counter()
+        vectors = space.encoder.encode(texts)
+        self.stats.embed_seconds += time.perf_counter() - started
+        self.stats.texts_embedded += len(texts)
+        return dict(zip(texts, vectors, strict=True))
+
+    def _vectors(self, rows: Sequence[IndexRow], embedded: dict[str, Vectors]) -> Vectors:
+        """Reuse stored vectors where the text is the same (archiving a turn or approving a
+        fact changes its status, not its text), then what was just embedded; embed the rest
+        (a text that changed while the batch was being embedded)."""
         space = self.space
         stored = space.index.get([r.id for r in rows])
         out = np.zeros((len(rows), space.encoder.dim), dtype=np.float32)
@@ -276,6 +312,9 @@ class Indexer:
             have = stored.get(row.id)
             if have is not None and have[0].text == row.text:
                 out[i] = have[1]
+                self.stats.vectors_reused += 1
+            elif row.text in embedded:
+                out[i] = embedded[row.text]
             else:
                 todo.append(i)
         if todo:
@@ -283,8 +322,7 @@ class Indexer:
             fresh = space.encoder.encode([rows[i].text for i in todo])
             self.stats.embed_seconds += time.perf_counter() - started
             out[todo] = fresh
-        self.stats.texts_embedded += len(todo)
-        self.stats.vectors_reused += len(rows) - len(todo)
+            self.stats.texts_embedded += len(todo)
         return out
 
     # -- erasure and model switches ----------------------------------------------------------
