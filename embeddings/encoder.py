@@ -6,13 +6,14 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 Vectors = npt.NDArray[np.float32]
 
+QUERY_TEXTS = 8  # calls with at most this many texts are queries, not bulk work
 BUNDLED_NAMES = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
 
 
@@ -38,22 +39,28 @@ def resolve_model(model: str) -> str:
 
 
 class SentenceEncoder:
-    """A sentence-transformers model; encode() is the batch call, encode_one() wraps it."""
+    """A sentence-transformers model, batch-first. Two copies, each behind its own lock: one
+    for short calls (a query), one for bulk work (the indexer, whose thread runs at a lower
+    priority), so a query never waits behind a batch; and a copy is never used by two threads
+    at once (its tokenizer is not thread-safe)."""
 
-    def __init__(self, model: str, *, batch_size: int = 64, device: str = "cpu") -> None:
+    def __init__(
+        self, model: str, *, batch_size: int = 64, device: str = "cpu", copies: int = 2
+    ) -> None:
         from sentence_transformers import SentenceTransformer
 
         self._name = model
         self._batch_size = batch_size
-        self._model = SentenceTransformer(resolve_model(model), device=device)
+        path = resolve_model(model)
+        self._models = [SentenceTransformer(path, device=device) for _ in range(copies)]
+        first = self._models[0]
         dim = (
-            self._model.get_embedding_dimension()
-            if hasattr(self._model, "get_embedding_dimension")
-            else self._model.get_sentence_embedding_dimension()
+            first.get_embedding_dimension()
+            if hasattr(first, "get_embedding_dimension")
+            else first.get_sentence_embedding_dimension()
         )
         self._dim = int(dim or 0)
-        # torch runs one batch at a time well; concurrent calls would only fight for 2 cores.
-        self._lock = threading.Lock()
+        self._locks = [threading.Lock() for _ in self._models]
 
     @property
     def name(self) -> str:
@@ -72,16 +79,25 @@ class SentenceEncoder:
         out = np.zeros((len(texts), self._dim), dtype=np.float32)
         for start in range(0, len(order), self._batch_size):
             chosen = order[start : start + self._batch_size]
-            with self._lock:
-                vectors = self._model.encode(
+            model, lock = self._copy_for(len(texts))
+            try:
+                vectors = model.encode(
                     [texts[i] for i in chosen],
                     batch_size=self._batch_size,
                     normalize_embeddings=True,
                     convert_to_numpy=True,
                     show_progress_bar=False,
                 )
+            finally:
+                lock.release()
             out[chosen] = vectors
         return out
+
+    def _copy_for(self, count: int) -> tuple[Any, threading.Lock]:
+        """The query copy for a few texts, the bulk copy (the last) for more; its lock held."""
+        which = 0 if count <= QUERY_TEXTS else len(self._models) - 1
+        self._locks[which].acquire()
+        return self._models[which], self._locks[which]
 
 
 class CachedEncoder:

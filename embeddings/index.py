@@ -194,7 +194,8 @@ class VectorIndex:
     def optimize(self) -> None:
         """Compact small fragments, fold new rows into the indexes, drop versions older than
         ten minutes (a reader in another process, such as a reindex, may still use them)."""
-        with self._lock, self._files.exclusive():
+        # Readers use the latest version, never one ten minutes old: no need to hold them off.
+        with self._lock:
             self._table.optimize(cleanup_older_than=timedelta(minutes=10))
             self._writes_since_optimize = 0
 
