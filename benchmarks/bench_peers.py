@@ -60,6 +60,7 @@ if str(ROOT) not in sys.path:
 
 from tqdm import tqdm  # noqa: E402
 
+from benchmarks.locomo import clean_dia_ids, turn_content  # noqa: E402
 from embeddings.encoder import Encoder  # noqa: E402
 from server.app import open_services  # noqa: E402
 from server.auth import Principal  # noqa: E402
@@ -74,7 +75,6 @@ DEFAULT_MODEL = "all-MiniLM-L6-v2"
 AGENT = "locomo"
 K = 10
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
-DIA = re.compile(r"^D:?(\d+):(\d+)$")
 SESSION = re.compile(r"^session_(\d+)$")
 SYSTEMS = ("mem0", "server:semantic", "server:hybrid")
 PRINCIPAL = Principal(key_id="bench", role="admin")
@@ -83,26 +83,6 @@ log = logging.getLogger("bench_peers")
 
 
 # -- data --------------------------------------------------------------------------------------
-
-
-def clean_dia_ids(raw: Any) -> list[str]:
-    """Evidence ids as LoCoMo writes them -> canonical "D<s>:<t>" strings."""
-    items = raw if isinstance(raw, list) else [raw]
-    out: list[str] = []
-    for item in items:
-        for part in re.split(r"[;\s]+", str(item)):
-            if part:
-                match = DIA.match(part)
-                out.append(f"D{int(match[1])}:{int(match[2])}" if match else part)
-    return out
-
-
-def turn_content(turn: dict[str, Any]) -> str:
-    text = str(turn.get("text", "")).strip()
-    caption = turn.get("blip_caption")
-    if caption:
-        text = f"{text} [shared a photo of {caption}]".strip()
-    return text or "(empty)"
 
 
 @dataclass

@@ -53,6 +53,7 @@ if str(ROOT) not in sys.path:
 
 from tqdm import tqdm  # noqa: E402
 
+from benchmarks.locomo import clean_dia_ids, turn_content  # noqa: E402
 from embeddings.encoder import Encoder  # noqa: E402
 from server.app import open_services  # noqa: E402
 from server.config import Settings  # noqa: E402
@@ -66,27 +67,11 @@ AGENT = "locomo"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 MODES = ("semantic", "keyword", "hybrid")
 NO_FLOOR = -1.0  # the lowest cosine there is: no threshold at all
-DIA = re.compile(r"^D:?(\d+):(\d+)$")
 SESSION = re.compile(r"^session_(\d+)$")
 DATE_FORMAT = "%I:%M %p on %d %B, %Y"  # "1:56 pm on 8 May, 2023"
 
 
 # -- data --------------------------------------------------------------------------------------
-
-
-def clean_dia_ids(raw: Any) -> list[str]:
-    """Evidence or observation ids as LoCoMo writes them -> canonical "D<s>:<t>" strings.
-    Strings that do not look like a dia_id at all (such as "D") are kept as they are; the
-    caller drops ids that name no turn."""
-    items = raw if isinstance(raw, list) else [raw]
-    out: list[str] = []
-    for item in items:
-        for part in re.split(r"[;\s]+", str(item)):
-            if not part:
-                continue
-            match = DIA.match(part)
-            out.append(f"D{int(match[1])}:{int(match[2])}" if match else part)
-    return out
 
 
 def session_time(text: str | None, fallback: datetime) -> datetime:
@@ -96,14 +81,6 @@ def session_time(text: str | None, fallback: datetime) -> datetime:
         except ValueError:
             pass
     return fallback
-
-
-def turn_content(turn: dict[str, Any]) -> str:
-    text = str(turn.get("text", "")).strip()
-    caption = turn.get("blip_caption")
-    if caption:
-        text = f"{text} [shared a photo of {caption}]".strip()
-    return text or "(empty)"
 
 
 def select_conversations(samples: list[dict[str, Any]], spec: str | None) -> list[int]:
