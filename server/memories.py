@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -24,14 +24,7 @@ class MemoryQuery:
     limit: int = 10
     threshold: float = 0.7
     mode: str = "semantic"
-    phone: str | None = None
-    status: str | None = None
-    type: str | None = None
-    session_id: str | None = None
-    task_id: str | None = None
-    graph_id: str | None = None
-    start_date: str | None = None
-    end_date: str | None = None
+    where: MemoryFilter = field(default_factory=MemoryFilter)
     metadata: dict[str, Any] | None = None
 
 
@@ -149,26 +142,18 @@ class MemoryBook:
 
     @staticmethod
     def _where(agent: str, q: MemoryQuery) -> str:
+        """The same filters as a LanceDB filter: they run inside the index."""
         parts = ["kind = 'fact'", f"agent = {quote(agent)}"]
-        for column in ("phone", "status", "type", "session_id", "task_id", "graph_id"):
-            value = getattr(q, column)
-            if value is not None:
-                parts.append(f"{column} = {quote(value)}")
-        if q.start_date is not None:
-            parts.append(f"created_at >= {quote(q.start_date)}")
-        if q.end_date is not None:
-            parts.append(f"created_at <= {quote(q.end_date)}")
+        parts += [f"{column} = {quote(value)}" for column, value in q.where.equalities()]
+        if q.where.start_date is not None:
+            parts.append(f"created_at >= {quote(q.where.start_date)}")
+        if q.where.end_date is not None:
+            parts.append(f"created_at <= {quote(q.where.end_date)}")
         return " AND ".join(parts)
 
 
 def _matches(memory: Memory, q: MemoryQuery) -> bool:
-    """The index may lag: check the filters again on the stored memory."""
-    for column in ("phone", "status", "type", "session_id", "task_id", "graph_id"):
-        value = getattr(q, column)
-        if value is not None and getattr(memory, column) != value:
-            return False
-    if q.start_date is not None and memory.created_at < q.start_date:
-        return False
-    if q.end_date is not None and memory.created_at > q.end_date:
+    """The index may lag: check the filters again on the stored memory, and the metadata."""
+    if not q.where.matches(memory):
         return False
     return all(memory.metadata.get(k) == v for k, v in (q.metadata or {}).items())

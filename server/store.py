@@ -205,14 +205,26 @@ class MemoryFilter:
     end_date: str | None = None
     as_of: int | None = None
 
+    EQUALITY = ("phone", "status", "type", "session_id", "task_id", "graph_id")
+
+    def equalities(self) -> list[tuple[str, str]]:
+        """(column, value) of the equality filters that are set."""
+        return [(c, v) for c in self.EQUALITY if (v := getattr(self, c)) is not None]
+
+    def matches(self, memory: Memory) -> bool:
+        """The filters, checked on a memory in Python (the index may lag behind SQLite)."""
+        if any(getattr(memory, column) != value for column, value in self.equalities()):
+            return False
+        if self.start_date is not None and memory.created_at < self.start_date:
+            return False
+        return self.end_date is None or memory.created_at <= self.end_date
+
     def sql(self, agent: str, as_of: int) -> tuple[str, tuple[Any, ...]]:
         clauses = ["agent = ?", "rowid <= ?"]
         args: list[Any] = [agent, as_of]
-        for column in ("phone", "status", "type", "session_id", "task_id", "graph_id"):
-            value = getattr(self, column)
-            if value is not None:
-                clauses.append(f"{column} = ?")
-                args.append(value)
+        for column, value in self.equalities():
+            clauses.append(f"{column} = ?")
+            args.append(value)
         if self.start_date is not None:
             clauses.append("created_at >= ?")
             args.append(self.start_date)
@@ -804,24 +816,17 @@ class Store:
     # -- the indexer's reads -------------------------------------------------------------------
 
     def messages_by_ids(self, ids: Sequence[int]) -> dict[int, Message]:
-        found: dict[int, Message] = {}
-        for chunk in _chunks(list(ids)):
-            marks = ",".join("?" * len(chunk))
-            for row in self._reader().execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id IN ({marks})", tuple(chunk)
-            ):
-                found[row["id"]] = _message(row)
-        return found
+        rows = self._rows_by_ids(f"SELECT {_MESSAGE_COLUMNS} FROM messages", ids)
+        return {row["id"]: _message(row) for row in rows}
 
     def memories_by_ids(self, ids: Sequence[str]) -> dict[str, Memory]:
-        found: dict[str, Memory] = {}
+        rows = self._rows_by_ids(f"SELECT {_MEMORY_COLUMNS} FROM memories", ids)
+        return {row["id"]: _memory(row) for row in rows}
+
+    def _rows_by_ids(self, select: str, ids: Sequence[int | str]) -> Iterator[sqlite3.Row]:
         for chunk in _chunks(list(ids)):
             marks = ",".join("?" * len(chunk))
-            for row in self._reader().execute(
-                f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE id IN ({marks})", tuple(chunk)
-            ):
-                found[row["id"]] = _memory(row)
-        return found
+            yield from self._reader().execute(f"{select} WHERE id IN ({marks})", tuple(chunk))
 
     def iter_sources(self, kind: str, chunk: int = 2000) -> Iterator[list[str]]:
         """Every id of a kind, in chunks, for a rebuild of the index."""
