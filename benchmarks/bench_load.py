@@ -33,6 +33,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 ADMIN_KEY = "bench-admin-key-0123456789"
+ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN_KEY}"}
 AGENT = "bench-agent"
 
 
@@ -215,7 +216,7 @@ def indexer_rate(base: str) -> float:
     """Texts per second of embedding inside the server's indexer, from /metrics."""
     metrics = dict(
         line.split(" ", 1)
-        for line in httpx.get(f"{base}/metrics").text.splitlines()
+        for line in httpx.get(f"{base}/metrics", headers=ADMIN_HEADERS).text.splitlines()
         if line and not line.startswith("#") and "{" not in line
     )
     seconds = float(metrics["memory_indexer_embed_seconds_total"])

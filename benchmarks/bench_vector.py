@@ -38,7 +38,7 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_load import ADMIN_KEY, free_port, start_server
+from bench_load import ADMIN_HEADERS, ADMIN_KEY, free_port, start_server
 
 MODEL = os.environ.get("MEMORY_EMBEDDING_MODEL", "all-MiniLM-L6-v2")
 DIM = 384
@@ -246,7 +246,7 @@ def health(base: str) -> dict[str, Any]:
 
 
 def metric(base: str, name: str) -> float:
-    text = httpx.get(f"{base}/metrics", timeout=30).text
+    text = httpx.get(f"{base}/metrics", headers=ADMIN_HEADERS, timeout=30).text
     for line in text.splitlines():
         if line.startswith(name + " "):
             return float(line.split()[1])

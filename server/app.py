@@ -20,8 +20,8 @@ from server.auth import KeyRing
 from server.clock import Clock, utc_now
 from server.compaction import Compaction
 from server.config import Settings
-from server.deps import Services
-from server.errors import error_body, field_code, install_error_handlers
+from server.deps import Services, bearer_secret
+from server.errors import ApiError, error_body, field_code, install_error_handlers
 from server.indexer import ACTIVE_MODEL, Indexer, VectorSpace
 from server.llm import OpenAICompatible
 from server.memories import MemoryBook
@@ -146,6 +146,9 @@ def create_app(
         strict_content_type=False,
         # No 307 to a "parent" path: DELETE .../memories/%2F must never become DELETE .../memories.
         redirect_slashes=False,
+        # /docs is the one documentation page; no second one, no OAuth2 redirect to secure.
+        redoc_url=None,
+        swagger_ui_oauth2_redirect_url=None,
     )
     install_error_handlers(app)
     routers = (
@@ -199,6 +202,13 @@ class BodyLimit:
         if body:
             scope = _as_json(scope)
             if scope.get("method") in _BODY_METHODS:
+                # The key first: without one the answer is 401 whatever the body holds, as
+                # for every other request (FastAPI parses a body before any dependency runs).
+                try:
+                    _authenticate(scope)
+                except ApiError as exc:
+                    await _send_error(send, exc.status, exc.code, exc.message)
+                    return
                 problem = strict_json_problem(bytes(body))
                 if problem is not None:
                     await _send_error(send, 422, *problem)
@@ -207,6 +217,16 @@ class BodyLimit:
 
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+def _authenticate(scope: Scope) -> None:
+    """Raises Unauthorized unless the request carries a live key (every body-taking endpoint
+    needs one)."""
+    header = dict(scope.get("headers") or []).get(b"authorization", b"")
+    services: Services = scope["app"].state.services
+    services.keys.authenticate(bearer_secret(header.decode("latin-1")))
+
+
 MAX_JSON_DEPTH = 64
 
 

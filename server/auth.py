@@ -48,6 +48,11 @@ class Principal:
         if not self.is_admin:
             raise Forbidden("this action needs an admin key")
 
+    def require_operator(self) -> None:
+        """Operations data (metrics): admin and staff keys, never an agent's key."""
+        if self.role not in ("admin", "staff"):
+            raise Forbidden("this action needs an admin or staff key")
+
 
 @dataclass(frozen=True, slots=True)
 class NewKey:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Header, Path, Request
+from fastapi import Depends, Path, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from server import validation
 from server.auth import KeyRing, Principal
@@ -37,16 +38,26 @@ def get_services(request: Request) -> Services:
     return services
 
 
+BEARER = HTTPBearer(
+    auto_error=False,  # a missing key is our 401 in our error shape, not FastAPI's
+    description="An API key: `Authorization: Bearer <key>`. Missing or unknown: 401; a key "
+    "without the right: 403.",
+)
+
+
+def bearer_secret(authorization: str | None) -> str | None:
+    """The key in an Authorization header, or None unless it is `Bearer <key>`."""
+    scheme, _, value = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return value.strip() or None
+
+
 def get_principal(
     services: Annotated[Services, Depends(get_services)],
-    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)],
 ) -> Principal:
-    secret = None
-    if authorization:
-        scheme, _, value = authorization.partition(" ")
-        if scheme.lower() == "bearer":
-            secret = value.strip()
-    return services.keys.authenticate(secret)
+    return services.keys.authenticate(credentials.credentials if credentials else None)
 
 
 def _agent(agent: Annotated[str, Path(description="Agent id: 1-64 of a-z 0-9 _ -")]) -> str:

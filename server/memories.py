@@ -108,6 +108,14 @@ class MemoryBook:
             raise NotFound("Memory not found")
         return entries
 
+    def stored_embedding(self, agent: str, memory_id: str) -> list[float] | None:
+        """The memory's vector as the index holds it now; None until the indexer has it."""
+        self.get(agent, memory_id)
+        found = self._indexer.space.index.get([f"fact:{memory_id}"])
+        if f"fact:{memory_id}" not in found:
+            return None
+        return [float(x) for x in found[f"fact:{memory_id}"][1]]
+
     def regenerate_embedding(self, agent: str, memory_id: str) -> list[float]:
         """Embed the memory again now and store the vector; returns it."""
         memory = self.get(agent, memory_id)

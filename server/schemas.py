@@ -146,6 +146,16 @@ class MemoryOut(BaseModel):
     expires_at: str | None
 
 
+class MemoryWithEmbedding(MemoryOut):
+    """A memory as GET returns it: `embedding` is there only when asked for."""
+
+    embedding: list[float] | None = Field(
+        default=None,
+        description="Only with include_embedding=true: the stored vector, or null while the "
+        "memory waits for the indexer.",
+    )
+
+
 class ExportedMemory(MemoryOut):
     history: list[HistoryOut]
 

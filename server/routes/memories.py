@@ -24,6 +24,7 @@ from server.schemas import (
     MemorySearch,
     MemorySearchOut,
     MemoryUpdate,
+    MemoryWithEmbedding,
     ScoredMemoryOut,
 )
 from server.store import Memory, MemoryFilter
@@ -154,12 +155,22 @@ def search_memories(
     )
 
 
-@router.get("/{memory_id}", response_model=MemoryOut)
+@router.get("/{memory_id}", response_model=MemoryWithEmbedding, response_model_exclude_unset=True)
 def get_memory(
-    principal: PrincipalDep, agent: AgentDep, memory_id: MemoryId, services: ServicesDep
-) -> MemoryOut:
+    principal: PrincipalDep,
+    agent: AgentDep,
+    memory_id: MemoryId,
+    services: ServicesDep,
+    include_embedding: Annotated[
+        bool, Query(description="Add the stored vector as `embedding`")
+    ] = False,
+) -> MemoryWithEmbedding:
+    """One memory; with include_embedding=true also its vector (null until it is indexed)."""
     principal.require_read(agent)
-    return _out(services.book.get(agent, memory_id))
+    memory = MemoryWithEmbedding(**memory_fields(services.book.get(agent, memory_id)))
+    if include_embedding:
+        memory.embedding = services.book.stored_embedding(agent, memory_id)
+    return memory
 
 
 @router.patch("/{memory_id}", response_model=MemoryOut)

@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 
 from server import __version__
-from server.deps import ServicesDep
+from server.deps import PrincipalDep, ServicesDep
 from server.schemas import Health
 
 router = APIRouter(tags=["operations"])
@@ -24,8 +24,9 @@ def health(services: ServicesDep) -> Health:
 
 
 @router.get("/metrics", response_class=PlainTextResponse)
-def metrics(services: ServicesDep) -> str:
-    """Prometheus text format."""
+def metrics(principal: PrincipalDep, services: ServicesDep) -> str:
+    """Prometheus text format; an admin or staff key (scrapers send it as a bearer token)."""
+    principal.require_operator()
     stats = services.indexer.stats
     index = services.indexer.space.index
     lines = [

@@ -39,6 +39,7 @@ ENDPOINTS = [
     ("POST", "/v1/keys", {"scope": "staff"}, "admin"),
     ("GET", "/v1/keys", None, "admin"),
     ("DELETE", "/v1/keys/key_unknown", None, "admin"),
+    ("GET", "/metrics", None, "operator"),
 ]
 
 CALLERS: dict[str, Callable[[Api], dict[str, str]]] = {
@@ -59,6 +60,7 @@ ALLOWED = {
     "read": {"right_agent", "admin", "staff_all", "staff_listed"},
     "admin": {"admin"},
     "search": {"admin", "staff_all", "staff_listed", "staff_other"},
+    "operator": {"admin", "staff_all", "staff_listed", "staff_other"},
 }
 
 
@@ -84,7 +86,7 @@ def test_auth_matrix(
         assert_error(response, 403, "forbidden")
 
 
-PUBLIC = {("/health", "get"), ("/metrics", "get"), ("/staff", "get")}
+PUBLIC = {("/health", "get"), ("/staff", "get")}
 
 
 def _template(path: str) -> str:
@@ -126,6 +128,50 @@ def test_staff_can_read_but_not_write(api: Api) -> None:
 def test_health_and_openapi_need_no_key(api: Api) -> None:
     assert api.client.get("/health").json()["status"] == "ok"
     assert api.client.get("/openapi.json").status_code == 200
+    assert api.client.get("/docs").status_code == 200
+
+
+def test_no_other_documentation_page_is_open(api: Api) -> None:
+    for path in ("/redoc", "/docs/oauth2-redirect"):
+        assert_error(api.client.get(path), 404)
+
+
+BAD_BODIES = [
+    b"{bad",
+    b'{"role": "user", "role": "assistant", "content": "x"}',
+    b'{"role": "user", "content": NaN}',
+    b"[" * 5000,
+    b'{"role": "user", "content": "\\ud800"}',
+]
+
+
+@pytest.mark.parametrize("body", BAD_BODIES)
+@pytest.mark.parametrize("caller", ["none", "garbage", "revoked"])
+def test_the_key_is_checked_before_the_body(api: Api, body: bytes, caller: str) -> None:
+    """Without a valid key the answer is 401 whatever the body: a caller without a key learns
+    nothing about how the body would have been read."""
+    headers = {"Content-Type": "application/json", **CALLERS[caller](api)}
+    for method, path in (("POST", f"{P}/messages"), ("PUT", f"/v1/agents/{AGENT}/settings")):
+        response = api.client.request(method, path, content=body, headers=headers)
+        assert_error(response, 401, "unauthorized")
+    with_key = api.client.post(f"{P}/messages", content=body, headers=admin())
+    assert with_key.status_code == 422
+
+
+def test_openapi_declares_the_bearer_key(api: Api) -> None:
+    schema = api.client.get("/openapi.json").json()
+    schemes = schema["components"]["securitySchemes"]
+    assert [s["scheme"].lower() for s in schemes.values()] == ["bearer"]
+    operations = [
+        (path, method, op)
+        for path, ops in schema["paths"].items()
+        for method, op in ops.items()
+    ]
+    for path, method, op in operations:
+        if (path, method) in PUBLIC:
+            assert "security" not in op, path
+        else:
+            assert op.get("security"), f"{method} {path} does not declare its key"
 
 
 def test_keys_are_stored_hashed(api: Api) -> None:

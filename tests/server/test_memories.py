@@ -340,3 +340,23 @@ def test_a_memory_finds_itself_and_after_delete_nothing_does(api: Api, content: 
     api.client.delete(f"{M}/{memory['id']}", headers=admin())
     found = search(api, memory["content"], threshold=-1, phone=PHONE, limit=100)
     assert memory["id"] not in [i["id"] for i in found]
+
+
+def test_a_memory_with_its_stored_embedding(api: Api) -> None:
+    memory = add(api, "has a cat", phone=PHONE)
+    plain = api.client.get(f"{M}/{memory['id']}", headers=admin()).json()
+    assert "embedding" not in plain and plain == memory
+    url = f"{M}/{memory['id']}?include_embedding=true"
+    body = api.client.get(url, headers=admin()).json()
+    assert {k: v for k, v in body.items() if k != "embedding"} == memory
+    stored = api.services.indexer.space.index.get([f"fact:{memory['id']}"])
+    assert body["embedding"] == pytest.approx(stored[f"fact:{memory['id']}"][1].tolist())
+    assert len(body["embedding"]) == api.services.indexer.space.encoder.dim
+    assert_error(api.client.get(f"{M}/mem_missing?include_embedding=true", headers=admin()), 404)
+
+
+def test_a_memory_not_yet_indexed_has_a_null_embedding(api: Api) -> None:
+    memory = add(api, "has a dog", phone=PHONE)
+    api.services.indexer.space.index.delete_ids([f"fact:{memory['id']}"])
+    body = api.client.get(f"{M}/{memory['id']}?include_embedding=true", headers=admin()).json()
+    assert body["embedding"] is None

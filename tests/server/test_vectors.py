@@ -204,11 +204,11 @@ def test_indexer_batches_and_reuses_vectors_when_a_turn_is_archived(
 def test_index_lag_in_health_and_metrics(api: Api) -> None:
     chat(api, 5)
     assert api.client.get("/health").json()["index_lag"] == 5
-    metrics = api.client.get("/metrics").text
+    metrics = api.client.get("/metrics", headers=admin()).text
     assert "memory_index_lag 5" in metrics
     api.index()
     assert api.client.get("/health").json()["index_lag"] == 0
-    metrics = api.client.get("/metrics").text
+    metrics = api.client.get("/metrics", headers=api.key("staff")).text
     assert "memory_index_rows 5" in metrics and "memory_indexer_items_total 5" in metrics
 
 
