@@ -973,20 +973,35 @@ def _statements(script: str) -> list[str]:
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
 
 
+FORGOTTEN = "[forgotten]"
+
+
 def _redact_audit(conn: sqlite3.Connection, agent: str, phone: str) -> None:
-    """Remove a forgotten person from the audit log's results and filters."""
+    """Remove a forgotten person from the audit log. An entry that returned them, filtered by
+    their phone or named it loses its query text too: a search that found someone is likely
+    to quote their words ("who said ..."), which must go with them. Who searched and when
+    stay; so do the other people it returned."""
     rows = conn.execute(
-        "SELECT id, filters, results FROM audit WHERE results LIKE ? OR filters LIKE ?",
-        (f"%{phone}%", f"%{phone}%"),
+        "SELECT id, query, filters, results FROM audit"
+        " WHERE results LIKE ?1 OR filters LIKE ?1 OR query LIKE ?1",
+        (f"%{phone}%",),
     ).fetchall()
     for row in rows:
-        results = [r for r in json.loads(row["results"]) if r != [agent, phone]]
+        before = json.loads(row["results"])
+        results = [r for r in before if r != [agent, phone]]
         filters = json.loads(row["filters"])
-        if filters.get("phone") == phone:
-            filters["phone"] = "[forgotten]"
+        named = filters.get("phone") == phone
+        if named:
+            filters["phone"] = FORGOTTEN
+        involved = named or len(results) < len(before) or phone in row["query"]
         conn.execute(
-            "UPDATE audit SET results = ?, filters = ? WHERE id = ?",
-            (json.dumps(results), json.dumps(filters), row["id"]),
+            "UPDATE audit SET query = ?, results = ?, filters = ? WHERE id = ?",
+            (
+                FORGOTTEN if involved else row["query"],
+                json.dumps(results),
+                json.dumps(filters),
+                row["id"],
+            ),
         )
 
 

@@ -163,9 +163,7 @@ def test_openapi_declares_the_bearer_key(api: Api) -> None:
     schemes = schema["components"]["securitySchemes"]
     assert [s["scheme"].lower() for s in schemes.values()] == ["bearer"]
     operations = [
-        (path, method, op)
-        for path, ops in schema["paths"].items()
-        for method, op in ops.items()
+        (path, method, op) for path, ops in schema["paths"].items() for method, op in ops.items()
     ]
     for path, method, op in operations:
         if (path, method) in PUBLIC:

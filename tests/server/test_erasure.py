@@ -69,9 +69,12 @@ def test_forget_after_compaction_review_search_and_audit(
     api.index()
 
     staff = api.key("staff")
-    found = api.client.post("/v1/search", json={"query": "secret word"}, headers=staff).json()
+    quoting = {"query": f"who said {CANARY}", "mode": "keyword"}  # the query quotes them
+    found = api.client.post("/v1/search", json=quoting, headers=staff).json()
     assert any(CANARY in item["text"] for item in found["items"])
     api.client.post("/v1/search", json={"query": "tea", "phone": PHONE}, headers=staff)
+    unrelated = {"query": "other person tea", "phone": OTHER}
+    api.client.post("/v1/search", json=unrelated, headers=staff)
     assert api.context(query="secret word", threshold=-1).json()["facts"]
 
     response = api.client.delete(f"/v1/agents/{AGENT}/people/{PHONE}", headers=admin())
@@ -93,9 +96,11 @@ def test_forget_after_compaction_review_search_and_audit(
             "/v1/search", json={"query": CANARY, "mode": mode}, headers=staff
         ).json()["items"]
         assert all(CANARY not in item["text"] for item in items), mode
-    audit = json.dumps(api.client.get("/v1/audit", headers=admin()).json())
-    assert PHONE not in audit
-    assert OTHER in audit or "tea" in audit
+    audit = api.client.get("/v1/audit", headers=admin()).json()["items"]
+    assert PHONE not in json.dumps(audit)
+    before_forget = audit[-3:]  # oldest last
+    assert [a["query"] for a in before_forget] == ["other person tea", "[forgotten]", "[forgotten]"]
+    assert before_forget[0]["filters"]["phone"] == OTHER
     listed = api.client.get(f"/v1/agents/{AGENT}/memories", headers=admin()).json()
     assert listed["total"] == 0
 

@@ -131,9 +131,10 @@ def test_every_search_is_audited_and_forget_redacts(seeded: Api) -> None:
     staff = seeded.key("staff")
     search(seeded, staff, query="blue jacket", phone=MAYA)
     search(seeded, staff, query="blue jacket")
+    search(seeded, staff, query="nothing of hers", phone=LEO)
     audit = seeded.client.get("/v1/audit", headers=admin()).json()["items"]
-    assert [a["query"] for a in audit] == ["blue jacket", "blue jacket"]
-    newest, oldest = audit
+    assert [a["query"] for a in audit] == ["nothing of hers", "blue jacket", "blue jacket"]
+    newest, oldest = audit[1:]
     assert oldest["filters"]["phone"] == MAYA and newest["key_id"].startswith("key_")
     assert ["shop", MAYA] in newest["results"] and ["shop", LEO] in newest["results"]
     assert newest["result_count"] == len(newest["results"])
@@ -142,8 +143,11 @@ def test_every_search_is_audited_and_forget_redacts(seeded: Api) -> None:
     seeded.client.delete(f"/v1/agents/shop/people/{MAYA}", headers=admin())
     audit = seeded.client.get("/v1/audit", headers=admin()).json()["items"]
     assert all(["shop", MAYA] not in a["results"] for a in audit)
-    assert ["shop", LEO] in audit[0]["results"]
-    assert audit[1]["filters"]["phone"] == "[forgotten]"
+    # An entry that found her or named her keeps who and when, not what was asked.
+    assert [a["query"] for a in audit] == ["nothing of hers", "[forgotten]", "[forgotten]"]
+    assert ["shop", LEO] in audit[1]["results"] and audit[1]["key_id"] == newest["key_id"]
+    assert audit[2]["filters"]["phone"] == "[forgotten]"
+    assert audit[0]["filters"]["phone"] == LEO
     assert MAYA not in str(audit)
     assert search(seeded, query="refund blue jacket 48213", phone=MAYA)["items"] == []
 
