@@ -28,6 +28,7 @@ _INDEXES: dict[str, Callable[[], Any]] = {
     "kind": Bitmap,
     "status": Bitmap,
     "text": FTS,
+    "content": FTS,
 }
 
 
@@ -43,11 +44,12 @@ class IndexRow:
     status: str  # facts: pending/approved/rejected; turns: recent/archived; summaries: current
     type: str  # facts: fact/preference/context; turns: user/assistant; summaries: summary
     created_at: str
-    text: str
+    text: str  # what is embedded and keyword-searched; a turn's also holds its neighbours
     # Isolation scopes of memories ("" when none), so searches filter on them in LanceDB.
     session_id: str = ""
     task_id: str = ""
     graph_id: str = ""
+    content: str = ""  # the item's own words, for keyword search on them alone ("": = text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +97,7 @@ def quote(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-SCHEMA_VERSION = 2  # part of the table name: a new schema never meets an old table
+SCHEMA_VERSION = 3  # part of the table name: a new schema never meets an old table
 
 
 def table_name(model: str, dim: int) -> str:
@@ -128,6 +130,7 @@ class VectorIndex:
                 pa.field("session_id", pa.string(), nullable=False),
                 pa.field("task_id", pa.string(), nullable=False),
                 pa.field("graph_id", pa.string(), nullable=False),
+                pa.field("content", pa.string(), nullable=False),
                 pa.field("vector", pa.list_(pa.float32(), dim), nullable=False),
             ]
         )
@@ -270,8 +273,9 @@ class VectorIndex:
             found = query.to_list()
         return [Hit(_row(r), 1.0 - float(r["_distance"])) for r in found]
 
-    def keyword(self, text: str, *, where: str, k: int) -> list[Hit]:
-        """Top-k by BM25 over the full-text index, among rows matching the filter."""
+    def keyword(self, text: str, *, where: str, k: int, column: str = "text") -> list[Hit]:
+        """Top-k by BM25 over the full-text index of `column` (`text`, or `content`: an item's
+        own words without a turn's neighbours), among rows matching the filter."""
         if k <= 0 or not text.strip():
             return []
         if not self._indexed:
@@ -281,7 +285,7 @@ class VectorIndex:
             return []
         with self._files.shared():
             found = (
-                self._table.search(_fts_text(text), query_type="fts")
+                self._table.search(_fts_text(text), query_type="fts", fts_columns=column)
                 .where(where, prefilter=True)
                 .limit(k)
                 .to_list()
@@ -289,14 +293,22 @@ class VectorIndex:
         return [Hit(_row(r), float(r.get("_score", 0.0))) for r in found]
 
     def hybrid(
-        self, vector: Vectors, text: str, *, where: str, k: int, min_score: float | None = None
+        self,
+        vector: Vectors,
+        text: str,
+        *,
+        where: str,
+        k: int,
+        min_score: float | None = None,
+        column: str = "text",
     ) -> list[Hit]:
-        """Semantic and keyword results fused by reciprocal rank; the score is the fused one."""
+        """Semantic and keyword (on `column`) results fused by reciprocal rank; the score is
+        the fused one."""
         depth = max(k * 3, 20)
         return fuse(
             [
                 self.search(vector, where=where, k=depth, min_score=min_score),
-                self.keyword(text, where=where, k=depth),
+                self.keyword(text, where=where, k=depth, column=column),
             ],
             k,
         )
@@ -308,6 +320,7 @@ class VectorIndex:
         columns: dict[str, Any] = {
             name: [getattr(r, name) for r in rows] for name in IndexRow.__dataclass_fields__
         }
+        columns["content"] = [r.content or r.text for r in rows]
         flat = pa.array(np.asarray(vectors, dtype=np.float32).reshape(-1), type=pa.float32())
         columns["vector"] = pa.FixedSizeListArray.from_arrays(flat, self.dim)
         return pa.table(columns, schema=self._schema)
@@ -368,4 +381,5 @@ def _row(record: dict[str, Any]) -> IndexRow:
         session_id=record.get("session_id") or "",
         task_id=record.get("task_id") or "",
         graph_id=record.get("graph_id") or "",
+        content=record.get("content") or "",
     )

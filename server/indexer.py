@@ -52,15 +52,21 @@ class VectorSpace:
         k: int,
         min_score: float | None = None,
         vector: Vectors | None = None,
+        own_words: bool = False,
     ) -> list[Hit]:
         """semantic (cosine, floored by min_score), keyword (full text) or hybrid (both, fused
-        by reciprocal rank). The query is embedded unless its vector is given."""
+        by reciprocal rank). The query is embedded unless its vector is given. Keyword search
+        reads a turn with its neighbours (what a reply is about), or with own_words only what
+        the turn itself says: the turn with the order number, not the one before it."""
+        column = "content" if own_words else "text"
         if mode == "keyword":
-            return self.index.keyword(query, where=where, k=k)
+            return self.index.keyword(query, where=where, k=k, column=column)
         if vector is None:
             vector = self.encoder.encode([query])[0]
         if mode == "hybrid":
-            return self.index.hybrid(vector, query, where=where, k=k, min_score=min_score)
+            return self.index.hybrid(
+                vector, query, where=where, k=k, min_score=min_score, column=column
+            )
         return self.index.search(vector, where=where, k=k, min_score=min_score)
 
 
@@ -76,18 +82,21 @@ def turn_row(message: Message, text: str | None = None) -> IndexRow:
         type=message.role,
         created_at=message.created_at,
         text=message.content if text is None else text,
+        content=message.content,
     )
 
 
 def turn_text(store: Store, message: Message, window: int) -> str:
     """The turn with up to `window` turns of the same conversation before and after it.
-    Neighbours carry what a reply is about ("yes, in June!"): on LoCoMo, indexing turns with
-    one neighbour each side lifts keyword recall@10 from 0.61 to 0.77 (benchmarks/README.md).
-    Turns after it exist once it is archived, which is when excerpts can find it."""
+    Neighbours carry what a reply is about ("yes, in June!"); see benchmarks/README.md for
+    what they do to recall on LoCoMo. The turn's own words come first (a long window is cut
+    at the model's limit from the end) and once more in place, so they weigh double: the
+    turn that says it ranks above the turns next to it. Turns after it exist once it is
+    archived, which is when excerpts can find it."""
     if window <= 0:
         return message.content
     before, after = store.neighbours(message, window)
-    return "\n".join([*before, message.content, *after])
+    return "\n".join([message.content, *before, message.content, *after])
 
 
 def turn_rows(store: Store, messages: Sequence[Message], window: int) -> list[IndexRow]:

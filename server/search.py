@@ -99,6 +99,7 @@ class StaffSearch:
             where=self._where(q, agents),
             k=q.offset + q.limit,
             min_score=q.threshold,
+            own_words=True,  # staff look for who said it: the turn itself comes first
         )
         found = self._still_there(hits)[q.offset : q.offset + q.limit]
         self._store.add_audit(

@@ -160,7 +160,9 @@ def test_a_reply_is_found_through_its_neighbours(api: Api) -> None:
     )
     api.index()
     row = api.services.indexer.space.index.get(["turn:5"])["turn:5"][0]
-    assert row.text == "when is your sister Ana getting married\nYes! In June\nlovely"
+    # Its own words first and once more in place: they weigh double against a neighbour's.
+    assert row.text == "Yes! In June\nwhen is your sister Ana getting married\nYes! In June\nlovely"
+    assert row.content == "Yes! In June"
     body = api.context(query="sister Ana married", excerpt_mode="keyword", excerpt_k=3).json()
     assert "Yes! In June" in [e["content"] for e in body["excerpts"]]
 
@@ -174,11 +176,10 @@ def test_archiving_re_embeds_a_turn_with_the_turn_after_it(api: Api) -> None:
     api.post_turn("the forty-first")  # 41 waiting: the oldest 21 are archived
     inner.calls.clear()
     api.index()
-    # The new turn and the 21 archived ones with their next turn; one of those texts ("turn
-    # number 0\nturn number 1") was embedded before as turn 2's, so the cache serves it.
-    assert sum(inner.calls) == 1 + 21 - 1
+    # The new turn and the 21 archived ones, now with the turn after each.
+    assert sum(inner.calls) == 1 + 21
     row = api.services.indexer.space.index.get(["turn:21"])["turn:21"][0]
-    assert row.text == "turn number 19\nturn number 20\nturn number 21"
+    assert row.text == "turn number 20\nturn number 19\nturn number 20\nturn number 21"
 
 
 def test_indexer_batches_and_reuses_vectors_when_a_turn_is_archived(
