@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -921,6 +921,33 @@ class Store:
     def outbox_done(self, ids: Sequence[int]) -> None:
         with self._transaction() as conn:
             conn.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
+
+    def enqueue_sources(self, ids: Iterable[str]) -> int:
+        """Queue these items ("turn:12", "fact:mem_..", "summary:agent|phone") for the
+        indexer; ids whose source is gone are skipped."""
+        by_kind: dict[str, list[str]] = {"turn": [], "fact": [], "summary": []}
+        for item in ids:
+            kind, _, ref = item.partition(":")
+            if kind in by_kind:
+                by_kind[kind].append(ref)
+        sql = {
+            "turn": "SELECT 'turn', CAST(id AS TEXT), agent, phone, ? FROM messages"
+            " WHERE CAST(id AS TEXT) IN ({})",
+            "fact": "SELECT 'fact', id, agent, phone, ? FROM memories WHERE id IN ({})",
+            "summary": "SELECT 'summary', agent || '|' || phone, agent, phone, ? FROM summaries"
+            " WHERE agent || '|' || phone IN ({})",
+        }
+        now = self._now()
+        total = 0
+        with self._transaction() as conn:
+            for kind, refs in by_kind.items():
+                for chunk in _chunks(refs):
+                    select = sql[kind].format(", ".join("?" * len(chunk)))
+                    total += conn.execute(
+                        "INSERT INTO outbox (kind, ref_id, agent, phone, enqueued_at) " + select,
+                        (now, *chunk),
+                    ).rowcount
+        return total
 
     def enqueue_everything(self) -> int:
         """Queue every turn, memory and summary for the indexer (a rebuild for a new model)."""

@@ -191,6 +191,34 @@ def test_keys_are_stored_hashed(api: Api) -> None:
     assert "key" not in listed[0]
 
 
+def test_every_key_comparison_is_constant_time(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keys are compared as SHA-256 digests with hmac.compare_digest, never with ==: a spy
+    on compare_digest sees every request's key checked, the bootstrap key and a stored one."""
+    import hashlib
+    import hmac
+
+    import server.auth
+
+    stored = api.key("staff")["Authorization"].removeprefix("Bearer ")
+    compared: list[tuple[object, object]] = []
+    real_compare = hmac.compare_digest
+
+    def spy(a: str, b: str) -> bool:
+        compared.append((a, b))
+        return real_compare(a, b)
+
+    monkeypatch.setattr(server.auth.hmac, "compare_digest", spy)
+    for secret, status in ((ADMIN_KEY, 200), (stored, 200), ("mk_wrong", 401)):
+        compared.clear()
+        response = api.client.get("/v1/audit", headers=bearer(secret))
+        assert response.status_code in (status, 403)
+        digest = hashlib.sha256(secret.encode()).hexdigest()
+        assert compared and all(digest in pair for pair in compared), secret
+        assert all(secret not in pair for pair in compared), "a raw key was compared"
+
+
 @pytest.mark.parametrize(
     "body",
     [

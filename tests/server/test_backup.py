@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from embeddings.index import VectorIndex
+from server.app import open_services
 from server.cli import main
-from tests.conftest import PHONE, Api, admin
+from tests.conftest import PHONE, Api, admin, make_settings
 from tests.fakes import fake_factory
 
 
@@ -21,44 +25,87 @@ def table(path: Path, sql: str) -> list[tuple[object, ...]]:
         conn.close()
 
 
+TABLES = ("messages", "summaries", "memories", "memory_history", "keys", "agent_settings")
+
+
+def dump(path: Path) -> dict[str, list[tuple[object, ...]]]:
+    return {name: table(path, f"SELECT * FROM {name} ORDER BY 1") for name in TABLES}
+
+
 def test_backup_while_serving_then_restore(
     api: Api, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     for i in range(45):
         api.post_turn(f"turn {i} about my dog", role="user" if i % 2 == 0 else "assistant")
     api.post_turn("someone else", phone="+15559990000")
-    api.services.memory.add_memory("support-bot", PHONE, "has a dog called Biscuit")
+    memory = api.services.memory.add_memory("support-bot", PHONE, "has a dog called Biscuit")
+    api.client.patch(
+        f"/v1/agents/support-bot/memories/{memory.id}",
+        json={"metadata": {"source": "call"}},
+        headers=admin(),
+    )
+    api.client.put("/v1/agents/support-bot/settings", json={"top_k": 4}, headers=admin())
+    api.key("staff")
     api.index()
     settings = api.services.settings
     monkeypatch.setenv("MEMORY_DATA_DIR", str(settings.data_dir))
     monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "fake-hash")
-    before = table(settings.sqlite_path, "SELECT id, content, archived FROM messages ORDER BY id")
     index = api.services.indexer.space.index
-    ids_before = sorted(index.all_ids())
 
-    assert main(["backup", str(tmp_path / "bk")], encoder_factory=fake_factory) == 0
-    assert '"messages": 46' in capsys.readouterr().out
+    # Turns keep arriving, and being indexed, while the backup runs.
+    stop = threading.Event()
+
+    def writer() -> None:
+        n = 0
+        while not stop.is_set():
+            api.post_turn(f"during the backup {n}", phone="+15558880000", event_id=f"d{n}")
+            api.services.indexer.run_once()
+            n += 1
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        time.sleep(0.05)
+        assert main(["backup", str(tmp_path / "bk")], encoder_factory=fake_factory) == 0
+    finally:
+        stop.set()
+        thread.join()
+    assert '"messages": ' in capsys.readouterr().out
     assert main(["backup", str(tmp_path / "bk")], encoder_factory=fake_factory) == 2
+    snapshot = dump(tmp_path / "bk" / "memory.db")
+    written = table(settings.sqlite_path, "SELECT COUNT(*) FROM messages")[0][0]
+    assert 46 <= len(snapshot["messages"]) <= written
 
     # Life goes on after the backup: new turns, a forgotten person.
     api.post_turn("after the backup")
     api.client.delete("/v1/agents/support-bot/people/+15559990000", headers=admin())
     api.index()
 
-    # A vector written between the table copy and the SQLite copy has no source: restore drops it.
+    # The vector copy is taken first. A vector written between the two copies has no source in
+    # the SQLite copy: restore drops it. A turn indexed (and so gone from the outbox) between
+    # them has a source but no vector: restore queues it.
     from dataclasses import replace
 
     copy = VectorIndex(tmp_path / "bk" / "lance", index.model, index.dim)
-    (row, vector) = copy.get([ids_before[0]])[ids_before[0]]
+    (row, vector) = copy.get(["turn:1"])["turn:1"]
     copy.upsert([replace(row, id="turn:999999", ref_id="999999")], vector[None, :])
+    copy.delete_ids(["turn:2"])
 
     restored = tmp_path / "restored"
     monkeypatch.setenv("MEMORY_DATA_DIR", str(restored))
     assert main(["restore", str(tmp_path / "bk")], encoder_factory=fake_factory) == 0
-    after = table(restored / "memory.db", "SELECT id, content, archived FROM messages ORDER BY id")
-    assert after == before
-    restored_index = VectorIndex(restored / "lance", index.model, index.dim)
-    assert sorted(restored_index.all_ids()) == ids_before
-    hits = restored_index.keyword("Biscuit", where="kind = 'fact'", k=5)
-    assert [h.row.text for h in hits] == ["has a dog called Biscuit"]
+    # turn:2, and any turn of the writer indexed between the copies or still queued then.
+    assert json.loads(capsys.readouterr().out)["queued"] >= 1
+    assert dump(restored / "memory.db") == snapshot, "every table comes back as it was"
+
+    services = open_services(make_settings(restored), encoder_factory=fake_factory)
+    try:
+        services.indexer.drain()
+        sources = {f"turn:{r[0]}" for r in snapshot["messages"]}
+        sources |= {f"fact:{r[0]}" for r in snapshot["memories"]}
+        assert sorted(services.indexer.space.index.all_ids()) == sorted(sources)
+        hits = services.indexer.space.index.keyword("Biscuit", where="kind = 'fact'", k=5)
+        assert [h.row.text for h in hits] == ["has a dog called Biscuit"]
+    finally:
+        services.store.close()
     assert main(["restore", str(tmp_path / "nothing")], encoder_factory=fake_factory) == 2

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
+import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
@@ -95,6 +99,45 @@ def test_concurrent_posts_for_one_person_keep_each_senders_order(
         assert mine == [f"s{n}-{i}" for i in range(15)]
     history = api.context(max_messages=200, budget_chars=10**6).json()["history"]
     assert [h["content"] for h in history] == [r["content"] for r in stored]
+
+
+def test_one_persons_turns_run_one_at_a_time_while_people_run_in_parallel(
+    api_factory: Callable[..., Api], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two quick messages of one person never race; another person's do not wait for them.
+    The store is slowed down so that overlapping calls would show."""
+    api = api_factory(compact_trigger=1000)
+    store = api.services.store
+    real_insert = store.insert_message
+    guard = threading.Lock()
+    running: Counter[str] = Counter()
+    peak = {"same_person": 0, "all": 0}
+
+    def slow_insert(**fields: Any) -> tuple[int, bool]:
+        with guard:
+            running[fields["phone"]] += 1
+            peak["same_person"] = max(peak["same_person"], running[fields["phone"]])
+            peak["all"] = max(peak["all"], sum(running.values()))
+        try:
+            time.sleep(0.03)
+            return real_insert(**fields)
+        finally:
+            with guard:
+                running[fields["phone"]] -= 1
+
+    monkeypatch.setattr(store, "insert_message", slow_insert)
+    people = ["+15550000001", "+15550000002"]
+
+    def sender(n: int) -> None:
+        for i in range(4):
+            response = api.post_turn(f"s{n}-{i}", phone=people[n % 2], event_id=f"e{n}-{i}")
+            assert response.status_code == 201
+
+    with ThreadPoolExecutor(6) as pool:
+        list(pool.map(sender, range(6)))
+    assert peak["same_person"] == 1, "two turns of one person were stored at once"
+    assert peak["all"] == 2, "one person's turns held up another's"
+    assert len(rows(api, "SELECT id FROM messages")) == 24
 
 
 def test_number_replacement_keeps_the_same_memory(api: Api) -> None:
