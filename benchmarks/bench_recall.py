@@ -19,8 +19,10 @@ evidence (4 of category 3) are skipped. Category 5 (adversarial) has evidence an
 Methods (one run): history only; turns (history + excerpts) per excerpt mode and k; facts per
 k (threshold 0); context (history + excerpts + facts at the same k); the seed design (newest
 60 turns of the whole conversation + newest 30 facts, no retrieval); dense with no floor and
-at 0.7 (k=10) for facts and for turns; the server defaults (build_context with only the
-query); and a threshold sweep for facts and semantic excerpts at k=10.
+at 0.7 (k=10) for facts and for turns (history + semantic excerpts from the server's index);
+plain dense top-10 over single turns (each turn's own words embedded alone, cosine over all of
+the person's turns, nothing else: the textbook baseline); the server defaults (build_context
+with only the query); and a threshold sweep for facts and semantic excerpts at k=10.
 
 Run with:
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_recall.py --out benchmarks/results
@@ -351,8 +353,32 @@ def table_methods(ks: Sequence[int], modes: Sequence[str]) -> list[str]:
     names += [f"turns:{m}:k{k}" for m in modes for k in ks]
     names += [f"facts:k{k}" for k in ks]
     names += [f"context:{m}:k{k}" for m in modes for k in ks]
-    names += [f"dense:{w}:{t}:k10" for w in ("facts", "turns") for t in ("nofloor", "0.7")]
+    names += [
+        f"dense:{w}:{t}:k10" for w in ("facts", "turns", "single-turns") for t in ("nofloor", "0.7")
+    ]
     return names
+
+
+class SingleTurns:
+    """Plain dense retrieval over single turns: every turn of a person embedded alone."""
+
+    def __init__(self, services: Services, people: Sequence[Person]) -> None:
+        self._encoder = services.indexer.space.encoder
+        self._turns: dict[int, tuple[list[int], Any]] = {}
+        for person in people:
+            messages = services.store.all_messages(AGENT, person.phone)
+            vectors = self._encoder.encode([m.content for m in messages])
+            self._turns[person.index] = ([m.id for m in messages], vectors)
+
+    def outcomes(self, person: Person, query: str, k: int = 10) -> dict[str, Outcome]:
+        ids, vectors = self._turns[person.index]
+        scores = vectors @ self._encoder.encode([query])[0]
+        best = sorted(range(len(ids)), key=lambda i: -float(scores[i]))[:k]
+        out = {}
+        for name, floor in (("nofloor", NO_FLOOR), ("0.7", 0.7)):
+            kept = frozenset(ids[i] for i in best if float(scores[i]) >= floor)
+            out[f"dense:single-turns:{name}:k{k}"] = Outcome(kept, len(kept))
+        return out
 
 
 def fmt(value: float | None) -> str:
@@ -520,6 +546,7 @@ def main(
             }
             for p in people
         }
+        single = SingleTurns(services, people)
         per_method: dict[str, list[Outcome]] = {}
         ask_started = time.perf_counter()
         for question in tqdm(questions, desc="questions", unit="q", disable=args.quiet):
@@ -535,6 +562,7 @@ def main(
             seed_turns = set(person.seed_turns)
             for mid in seed_facts[person.index]:
                 seed_turns |= person.fact_turns.get(mid, frozenset())
+            outcomes.update(single.outcomes(person, question.text))
             outcomes["seed"] = Outcome(
                 frozenset(seed_turns), len(person.seed_turns) + len(seed_facts[person.index])
             )

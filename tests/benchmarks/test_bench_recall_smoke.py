@@ -29,7 +29,6 @@ def test_bench_recall_smoke(tmp_path: Path) -> None:
             "2",
             "--out",
             str(out),
-            "--no-plot",
             "--quiet",
         ],
         encoder_factory=fake_factory,
@@ -45,7 +44,9 @@ def test_bench_recall_smoke(tmp_path: Path) -> None:
     assert results == report["results"]
     expected = {"seed", "history", "default", "facts:k1", "facts:k2"}
     expected |= {f"turns:{m}:k{k}" for m in ("semantic", "keyword", "hybrid") for k in (1, 2)}
-    expected |= {f"dense:{w}:{t}:k10" for w in ("facts", "turns") for t in ("nofloor", "0.7")}
+    expected |= {
+        f"dense:{w}:{t}:k10" for w in ("facts", "turns", "single-turns") for t in ("nofloor", "0.7")
+    }
     expected |= {f"sweep:{w}@{t}" for w in ("facts", "excerpts", "turns") for t in ("0.00", "0.50")}
     assert expected <= set(results)
     for method, row in results.items():
@@ -56,3 +57,4 @@ def test_bench_recall_smoke(tmp_path: Path) -> None:
     # Two conversations of 8 turns fit entirely in the seed design's 60 newest turns.
     assert results["seed"]["all"] == 1.0
     assert (out / "recall.md").read_text().startswith("# Retrieval recall on LoCoMo")
+    assert (out / "recall.png").read_bytes().startswith(b"\x89PNG"), "the plot is written"
