@@ -191,9 +191,7 @@ def test_keys_are_stored_hashed(api: Api) -> None:
     assert "key" not in listed[0]
 
 
-def test_every_key_comparison_is_constant_time(
-    api: Api, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_every_key_comparison_is_constant_time(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     """Keys are compared as SHA-256 digests with hmac.compare_digest, never with ==: a spy
     on compare_digest sees every request's key checked, the bootstrap key and a stored one."""
     import hashlib

@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from tests.conftest import ADMIN_KEY
-from tests.server.test_crash import Server
+from tests.live import Server
 
 pytestmark = pytest.mark.slow
 
