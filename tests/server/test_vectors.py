@@ -121,6 +121,30 @@ def test_settings_then_agent_then_request(api_factory: Callable[..., Api]) -> No
     assert other["top_k"] == 1 and other["threshold"] == 0.7
 
 
+def test_excerpt_settings_then_agent_then_request(api_factory: Callable[..., Api]) -> None:
+    api = api_factory(excerpt_k=3)
+    chat(api, 45, lambda i: f"dogs and cats {i}")
+    api.index()
+    assert len(api.context(query="dogs").json()["excerpts"]) == 3  # the server's setting
+    put = api.client.put(
+        f"/v1/agents/{AGENT}/settings",
+        json={"excerpt_k": 2, "excerpt_mode": "semantic", "excerpt_threshold": 0.99},
+        headers=admin(),
+    )
+    assert put.status_code == 200
+    # The agent's mode and floor: semantic at 0.99 keeps nothing (keyword has no floor).
+    assert api.context(query="dogs").json()["excerpts"] == []
+    assert len(api.context(query="dogs", excerpt_threshold=-1).json()["excerpts"]) == 2
+    by_request = api.context(query="dogs", excerpt_k=5, excerpt_mode="keyword").json()
+    assert len(by_request["excerpts"]) == 5
+    other = api.client.get("/v1/agents/other/settings", headers=admin()).json()
+    assert (other["excerpt_k"], other["excerpt_mode"], other["excerpt_threshold"]) == (
+        3,
+        "keyword",
+        0.0,
+    )
+
+
 def test_agent_settings_need_admin_and_valid_values(api: Api) -> None:
     agent_key = api.key(f"agent:{AGENT}")
     url = f"/v1/agents/{AGENT}/settings"
@@ -295,19 +319,29 @@ def test_reindex_to_another_model_and_back(
         report = capsys.readouterr().out
         assert '"items": 46' in report
 
-        services.indexer._follow_active_model()
+        # The running indexer notices the switch on its own, within a second or so.
+        services.indexer.start()
+        wait_for_model(client, "fake-other-32d")
         after = services.indexer.space.index
         assert after.dim == 32 and after.count() == 46 and after.name != before.name
-        assert client.get("/health").json()["model"] == "fake-other-32d"
         body = client.get(
             f"{P}/context", params={"query": "has a dog", "threshold": 0.9}, headers=admin()
         ).json()
         assert [f["content"] for f in body["facts"]] == ["has a dog"]
 
         assert main(["reindex", "--quiet"], encoder_factory=fake_factory) == 0
-        services.indexer._follow_active_model()
+        wait_for_model(client, "fake-hash")
         assert services.indexer.space.index.dim == 64
-        assert client.get("/health").json()["model"] == "fake-hash"
+        services.indexer.stop()
+
+
+def wait_for_model(client: TestClient, model: str, seconds: float = 20) -> None:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while client.get("/health").json()["model"] != model:
+        assert time.monotonic() < deadline, f"the server did not switch to {model}"
+        time.sleep(0.05)
 
 
 def test_memory_created_over_http_is_searchable_at_once(api: Api) -> None:
