@@ -102,7 +102,7 @@ class ContextOut(BaseModel):
                         }
                     ],
                     "excerpts": [],
-                    "summary": None,
+                    "summary": "Maya asked for a refund of order 48213; it was approved.",
                     "days_since_last": 3,
                 }
             ]
@@ -120,8 +120,38 @@ class ContextOut(BaseModel):
 # -- export and erasure -------------------------------------------------------------------------
 
 
+# Examples carry no nulls: FastAPI leaves null values out of the schema it serves, and an
+# example missing a required field would be wrong (a test validates every example).
+_MEMORY_EXAMPLE: dict[str, Any] = {
+    "id": "mem_3f9c2a7b1d4e",
+    "agent": "support-bot",
+    "phone": "+15551234567",
+    "content": "Maya has a dog called Biscuit",
+    "type": "fact",
+    "status": "pending",
+    "confidence": 0.9,
+    "source": "extracted",
+    "metadata": {"channel": "whatsapp"},
+    "session_id": "wa-2026-03-01",
+    "task_id": "refund-48213",
+    "graph_id": "household-7",
+    "created_at": "2026-03-01T09:00:00.000Z",
+    "updated_at": "2026-03-01T09:00:00.000Z",
+    "expires_at": "2026-03-08T09:00:00.000Z",
+}
+_HISTORY_EXAMPLE: dict[str, Any] = {
+    "action": "update",
+    "actor": "key_3f9c2a7b1d4e5f60",
+    "old_content": "Maya has a dog",
+    "new_content": "Maya has a dog called Biscuit",
+    "at": "2026-03-02T10:15:00.000Z",
+}
+
+
 class HistoryOut(BaseModel):
-    action: str
+    model_config = ConfigDict(json_schema_extra={"examples": [_HISTORY_EXAMPLE]})
+
+    action: str = Field(description="create, update, approve, reject, expire or delete")
     actor: str
     old_content: str | None
     new_content: str | None
@@ -129,6 +159,8 @@ class HistoryOut(BaseModel):
 
 
 class MemoryOut(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [_MEMORY_EXAMPLE]})
+
     id: str
     agent: str
     phone: str | None
@@ -149,6 +181,12 @@ class MemoryOut(BaseModel):
 class MemoryWithEmbedding(MemoryOut):
     """A memory as GET returns it: `embedding` is there only when asked for."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [_MEMORY_EXAMPLE, {**_MEMORY_EXAMPLE, "embedding": [0.0132, -0.0871]}]
+        }
+    )
+
     embedding: list[float] | None = Field(
         default=None,
         description="Only with include_embedding=true: the stored vector, or null while the "
@@ -157,6 +195,10 @@ class MemoryWithEmbedding(MemoryOut):
 
 
 class ExportedMemory(MemoryOut):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{**_MEMORY_EXAMPLE, "history": [_HISTORY_EXAMPLE]}]}
+    )
+
     history: list[HistoryOut]
 
 
@@ -259,6 +301,24 @@ class AgentSettingsIn(Strict):
 
 
 class AgentSettingsOut(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "agent": "support-bot",
+                    "review": False,
+                    "threshold": 0.7,
+                    "top_k": 10,
+                    "excerpt_k": 10,
+                    "excerpt_threshold": 0.0,
+                    "excerpt_mode": "keyword",
+                    "compact_trigger": 40,
+                    "compact_keep": 20,
+                }
+            ]
+        }
+    )
+
     agent: str
     review: bool
     threshold: float
@@ -315,6 +375,10 @@ class MemoryUpdate(Strict):
 
 
 class MemoryList(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"items": [_MEMORY_EXAMPLE], "total": 1, "as_of": 42}]}
+    )
+
     items: list[MemoryOut]
     total: int
     as_of: int = Field(
@@ -355,28 +419,52 @@ class MemorySearch(Strict):
 
 
 class ScoredMemoryOut(MemoryOut):
+    model_config = ConfigDict(json_schema_extra={"examples": [{**_MEMORY_EXAMPLE, "score": 0.74}]})
+
     score: float
 
 
 class MemorySearchOut(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"items": [{**_MEMORY_EXAMPLE, "score": 0.74}]}]}
+    )
+
     items: list[ScoredMemoryOut]
 
 
 class MemoryDeleted(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"deleted": True}]})
+
     deleted: bool
 
 
 class MemoriesCleared(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"deleted": 12}]})
+
     deleted: int
 
 
 class EmbeddingOut(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "success": True,
+                    "message": "Embedding regenerated",
+                    "embedding": [0.0132, -0.0871],
+                }
+            ]
+        }
+    )
+
     success: bool
     message: str
     embedding: list[float] | None = None
 
 
 class MemoryHistoryOut(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"items": [_HISTORY_EXAMPLE]}]})
+
     items: list[HistoryOut]
 
 

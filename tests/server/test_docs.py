@@ -61,3 +61,24 @@ def test_openapi_lists_the_contract_paths(api: Api) -> None:
     }
     for path, methods in expected.items():
         assert methods <= set(paths[path]), path
+
+
+def test_memory_endpoints_show_examples_of_what_they_return(api: Api) -> None:
+    """Every memories and settings operation shows an example of its 2xx body in OpenAPI, and
+    every example in the schema is valid for its model."""
+    import server.schemas
+
+    schema = api.client.get("/openapi.json").json()
+    components = schema["components"]["schemas"]
+    for path, operations in schema["paths"].items():
+        if not path.startswith("/v1/agents/{agent}/memories") and not path.endswith("/settings"):
+            continue
+        for method, operation in operations.items():
+            ok = [r for code, r in operation["responses"].items() if code.startswith("2")]
+            body = ok[0]["content"]["application/json"]["schema"]
+            name = body["$ref"].rsplit("/", 1)[-1]
+            assert components[name].get("examples"), f"{method} {path}: {name} has no example"
+    for name, component in components.items():
+        model = getattr(server.schemas, name, None)
+        for example in component.get("examples", []) if model is not None else []:
+            model.model_validate(example)
