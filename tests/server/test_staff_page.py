@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -67,6 +68,17 @@ def live_server(tmp_path: Path) -> Iterator[str]:
             },
             headers=admin,
         )
+    # Another agent's customer, and a fact: for the filters.
+    httpx.post(
+        f"{base}/v1/agents/bank/people/+15550000002/messages",
+        json={"role": "user", "content": "the jacket I bought with my card was charged twice"},
+        headers=admin,
+    )
+    httpx.post(
+        f"{base}/v1/agents/shop/memories",
+        json={"content": "Prefers a refund to credit for the jacket", "phone": "+15550000001"},
+        headers=admin,
+    )
     app.state.services.indexer.drain()
     try:
         yield base
@@ -122,6 +134,27 @@ def test_staff_find_a_paraphrase_and_open_the_timeline(live_server: str) -> None
         assert "archived" in page.inner_text("#timeline")
         page.screenshot(path=str(ARTIFACTS / "staff.png"))
 
+        # The filters: agent, person, kind, dates.
+        page.fill("#query", "jacket")
+        page.fill("#agents", "bank")
+        people, kinds = search(page)
+        assert people == ["+15550000002 · bank"] and kinds == ["turn"]
+        page.fill("#agents", "")
+        page.fill("#phone", "+15550000001")
+        people, kinds = search(page)
+        assert people == ["+15550000001 · shop"] and set(kinds) == {"turn", "fact"}
+        page.uncheck("input[name=kind][value=turns]")
+        people, kinds = search(page)
+        assert kinds == ["fact"]
+        page.check("input[name=kind][value=turns]")
+        page.fill("#until", "2000-01-01")
+        assert search(page) == ([], [])
+        page.fill("#until", "")
+        page.fill("#since", "2000-01-01")
+        assert search(page)[0] == ["+15550000001 · shop"]
+        page.fill("#phone", "")
+        page.fill("#since", "")
+
         page.fill("#query", "zzzz qqqq")
         page.select_option("#mode", "keyword")
         page.click("#go")
@@ -132,3 +165,14 @@ def test_staff_find_a_paraphrase_and_open_the_timeline(live_server: str) -> None
         phone.goto(f"{live_server}/staff")
         assert phone.evaluate("document.documentElement.scrollWidth") <= 390
         browser.close()
+
+
+def search(page: Any) -> tuple[list[str], list[str]]:
+    """Submit the form, wait for the answer; the people shown and the kind of each hit."""
+    page.click("#go")
+    page.wait_for_function(
+        "!['', 'Searching…'].includes(document.getElementById('status').textContent)"
+    )
+    people = [t.strip() for t in page.locator(".person h2 button").all_inner_texts()]
+    kinds = [t.split("·")[0].strip().lower() for t in page.locator(".hit .kind").all_inner_texts()]
+    return people, kinds
