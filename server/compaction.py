@@ -4,6 +4,7 @@ model, then archive them. Runs in the background, one person at a time, retried 
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import secrets
 import threading
@@ -227,7 +228,7 @@ class Compaction:
             return not self._queued and self._queue.empty()
 
     def _loop(self) -> None:
-        last_sweep = 0.0
+        last_sweep = -math.inf  # the first sweep runs at start-up, then one a minute
         while True:
             try:
                 key = self._queue.get(timeout=1.0)

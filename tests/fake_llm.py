@@ -45,7 +45,8 @@ ANSWERS: dict[str, str] = {
 
 
 class FakeLLM:
-    """Start with `with FakeLLM() as llm:`; set `llm.mode`, read `llm.requests`."""
+    """Start with `with FakeLLM() as llm:`; set `llm.mode`, read `llm.requests` and
+    `llm.most_in_flight`."""
 
     def __init__(self) -> None:
         self.mode = "good"
@@ -53,6 +54,9 @@ class FakeLLM:
         self.delay_s = 0.0
         self.requests: list[dict[str, Any]] = []
         self.failures_left = 0  # with mode "flaky": fail this many calls with 500, then answer
+        self.in_flight = 0
+        self.most_in_flight = 0  # the most requests being answered at one moment
+        self._counting = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -91,9 +95,17 @@ class FakeLLM:
                 length = int(self.headers.get("Content-Length", "0"))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 fake.requests.append({"path": self.path, "body": body})
-                if fake.delay_s:
-                    time.sleep(fake.delay_s)
-                status, text = fake.answer(body)
+                with fake._counting:
+                    fake.in_flight += 1
+                    fake.most_in_flight = max(fake.most_in_flight, fake.in_flight)
+                try:
+                    if fake.delay_s:
+                        time.sleep(fake.delay_s)
+                    status, text = fake.answer(body)
+                finally:
+                    # Before the reply: the client cannot send its next call while this one counts.
+                    with fake._counting:
+                        fake.in_flight -= 1
                 if status != 200:
                     self._send(status, {"error": {"message": "fake failure", "type": "server"}})
                 elif self.path.endswith("/responses"):

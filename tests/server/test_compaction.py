@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
+from server.llm import OpenAICompatible
+from tests import fake_llm
 from tests.conftest import AGENT, PHONE, Api, FakeClock, admin, assert_error
 from tests.fake_llm import FakeLLM
 
@@ -38,10 +43,16 @@ def model_api(api_factory: Callable[..., Api], llm: FakeLLM) -> Callable[..., Ap
     return build
 
 
-def conversation(api: Api, n: int = 45) -> None:
-    for i in range(n):
+def conversation(api: Api, n: int = 45, *, first: int = 0, phone: str = PHONE) -> float:
+    """n turns, user and assistant in turn, numbered from first; the slowest post in seconds."""
+    slowest = 0.0
+    for i in range(first, first + n):
         role = "user" if i % 2 == 0 else "assistant"
-        assert api.post_turn(f"turn {i}: chatting about work and tea", role=role).status_code == 201
+        started = time.perf_counter()
+        response = api.post_turn(f"turn {i}: chatting about work and tea", role=role, phone=phone)
+        slowest = max(slowest, time.perf_counter() - started)
+        assert response.status_code == 201
+    return slowest
 
 
 def rows(api: Api, sql: str) -> list[sqlite3.Row]:
@@ -151,6 +162,31 @@ def test_bad_answers_never_crash_compaction(
         assert "always agree" not in fact["content"].lower()
 
 
+def test_a_fact_over_200_characters_is_cut_to_200(
+    model_api: Callable[..., Api], llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    long = "Maya keeps a notebook of the teas she tried: " + ", ".join(
+        f"blend {n} from the market" for n in range(12)
+    )
+    assert len(long) > 250 and long[199] != " "
+    answer = [
+        {"content": long, "type": "preference", "confidence": 0.8},
+        {"content": "Maya works night shifts at the hospital", "type": "fact"},
+    ]
+    monkeypatch.setitem(fake_llm.ANSWERS, "long", json.dumps(answer))
+    llm.mode = "long"
+    api = model_api()
+    conversation(api)
+    assert api.client.post(f"{P}/compact", headers=admin()).json()["facts_added"] == 2
+
+    expected = {long[:200], "Maya works night shifts at the hospital"}
+    assert {f["content"] for f in rows(api, "SELECT content FROM memories")} == expected
+    listed = api.client.get(
+        f"/v1/agents/{AGENT}/memories", params={"phone": PHONE}, headers=admin()
+    )
+    assert {m["content"] for m in listed.json()["items"]} == expected
+
+
 def test_near_duplicate_facts_are_not_stored_again(
     model_api: Callable[..., Api], llm: FakeLLM
 ) -> None:
@@ -193,20 +229,36 @@ def test_review_leaves_facts_pending_until_they_expire(
     assert index.count("kind = 'fact' AND status = 'rejected'") == 3
 
 
-def test_background_compaction_after_an_assistant_turn(
+def test_a_slow_model_never_compacts_one_person_twice_at_once_nor_delays_turns(
     model_api: Callable[..., Api], llm: FakeLLM
 ) -> None:
-    api = model_api(run_workers=True)
-    llm.delay_s = 0.2  # the model is slow; storing turns must not wait for it
-    started = time.perf_counter()
-    conversation(api, 42)
-    assert time.perf_counter() - started < 10
-    wait_for(lambda: bool(rows(api, "SELECT * FROM summaries")))
+    api = model_api(run_workers=True, llm_timeout_s=5.0)
+    # One-off costs that hold the GIL for a moment, paid before any post is timed: the model
+    # client reading its first answer, the index's first writes.
+    OpenAICompatible(api.services.settings).summarise(None, "warm-up")
+    llm.requests.clear()
+    conversation(api, 41)
+    wait_for(lambda: api.services.store.outbox_size() == 0)
+    llm.delay_s = 1.5  # each model call; a compaction makes two
+    # An assistant turn over the trigger: compaction is queued, the post does not wait for it.
+    assert conversation(api, 1, first=41) < llm.delay_s / 2
+    wait_for(lambda: llm.in_flight == 1)
+
+    # While that compaction waits for the model: a manual one, and 42 more turns, every
+    # assistant turn among them over the trigger again.
+    with ThreadPoolExecutor(1) as pool:
+        manual = pool.submit(api.client.post, f"{P}/compact", headers=admin())
+        assert conversation(api, 42, first=42) < llm.delay_s / 2, "turns never wait for it"
+        assert rows(api, "SELECT * FROM summaries") == [], "the turns came during the first run"
+    compacted = manual.result()
     wait_for(api.services.compaction.idle)
-    assert len(rows(api, "SELECT id FROM messages WHERE archived = 1")) >= 22
-    assert len(rows(api, "SELECT id FROM memories")) == 3
+
+    assert llm.most_in_flight == 1, "never two model calls at once for one person"
     summaries = [r for r in llm.requests if "summary" in r["body"]["instructions"].lower()]
-    assert len(summaries) == 1, "never twice at once for one person"
+    assert len(summaries) == 2, "the background run, then the manual one; no other"
+    assert compacted.status_code == 200 and compacted.json()["archived"] == 42
+    assert len(rows(api, "SELECT id FROM messages WHERE archived = 1")) == 22 + 42
+    assert len(rows(api, "SELECT id FROM memories")) == 3
 
 
 def test_background_compaction_retries_after_a_failure(
@@ -222,6 +274,20 @@ def test_background_compaction_retries_after_a_failure(
     llm.mode = "good"
     wait_for(lambda: bool(rows(api, "SELECT * FROM summaries")), seconds=10)
     assert len(rows(api, "SELECT id FROM messages WHERE archived = 1")) == 22
+
+
+def test_without_a_model_compaction_says_so_once_in_the_log(
+    api_factory: Callable[..., Api], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="server.compaction")
+    api = api_factory()
+    assert not api.services.compaction.uses_model
+    conversation(api, 62)  # the 41st and the 62nd turns go over the trigger
+    conversation(api, 41, phone="+15559990000")
+    assert len(rows(api, "SELECT id FROM messages WHERE archived = 1")) == 21 * 3
+    assert rows(api, "SELECT * FROM summaries") == [] and rows(api, "SELECT * FROM memories") == []
+    said = [r for r in caplog.records if r.getMessage().startswith("no model configured")]
+    assert len(said) == 1
 
 
 def test_compact_command_with_a_progress_bar(
