@@ -263,7 +263,7 @@ def ask(
             turns |= person.fact_turns.get(mid, frozenset())
         return frozenset(turns)
 
-    # The server's defaults (12,000-character budget, hybrid k=5, facts k=10 at 0.7).
+    # The server's defaults (12,000-character budget, keyword excerpts k=10, facts k=10 at 0.7).
     default = memory.build_context(AGENT, phone, ContextRequest(query=query))
     d_turns = frozenset(m.id for m in default.history) | frozenset(e.id for e in default.excerpts)
     d_facts = fact_cover([f.id for f in default.facts])
