@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
 ADMIN_KEY = "bench-admin-key-0123456789"
@@ -110,6 +111,7 @@ async def drive(
     for person in range(people):
         queue.put_nowait(person)
     rng = random.Random(seed)
+    bar = tqdm(total=people * turns, desc="turns", unit="turn", file=sys.stderr)
 
     async def worker(client: httpx.AsyncClient) -> None:
         while not queue.empty():
@@ -125,6 +127,7 @@ async def drive(
                 )
                 store.ms.append((time.perf_counter() - started) * 1000)
                 store.errors += response.status_code != 201
+                bar.update()
                 if role == "user":
                     started = time.perf_counter()
                     response = await client.get(f"{url}/context")
@@ -137,6 +140,7 @@ async def drive(
         started = time.perf_counter()
         await asyncio.gather(*(worker(c) for _ in range(clients)))
         seconds = time.perf_counter() - started
+    bar.close()
     return store, context, seconds
 
 
