@@ -204,6 +204,10 @@ class Indexer:
             if done == 0:
                 self._wake.wait(self._interval_s)
                 self._wake.clear()
+            elif done < self._batch_size:
+                # A part batch: let more arrive before the next LanceDB write, so a steady stream
+                # of turns makes a few larger versions rather than one per turn.
+                self._stop.wait(self._interval_s)
 
     def _idle_maintenance(self) -> None:
         self._follow_active_model()
