@@ -81,7 +81,10 @@ class Settings(BaseSettings):
     embedding_batch_size: int = Field(64, ge=1, description="Texts per embedding batch.")
     indexer_batch_size: int = Field(512, ge=1, description="Outbox rows the indexer takes at once.")
     indexer_interval_s: float = Field(
-        0.5, gt=0, description="Seconds the indexer sleeps when the outbox is empty."
+        0.5,
+        gt=0,
+        description="Seconds the indexer sleeps when the outbox is empty, and waits after a part"
+        " batch so that more can gather for one LanceDB write.",
     )
     index_optimize_every: int = Field(
         50, ge=1, description="Compact the LanceDB table after this many writes."
