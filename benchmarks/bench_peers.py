@@ -213,7 +213,7 @@ class ServerPeer:
             PRINCIPAL,
             StaffQuery(query=query, phone=conv.phone, kinds=("turns",), mode=mode, limit=K),
         )
-        return [self.message_to_dia.get(int(f.id), f"?{f.id}") for f in found]
+        return [self.message_to_dia.get(int(f.id), f"?{f.id}") for f in found.items]
 
     def close(self) -> None:
         self.services.store.close()

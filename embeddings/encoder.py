@@ -71,6 +71,14 @@ class SentenceEncoder:
         return self._dim
 
     def encode(self, texts: Sequence[str]) -> Vectors:
+        return self._encode(texts, bulk=len(texts) > QUERY_TEXTS)
+
+    def encode_bulk(self, texts: Sequence[str]) -> Vectors:
+        """Background work (the indexer, reindex): always the bulk copy, however few texts, so
+        a query never waits for a low-priority thread holding the query copy."""
+        return self._encode(texts, bulk=True)
+
+    def _encode(self, texts: Sequence[str], *, bulk: bool) -> Vectors:
         if not texts:
             return np.zeros((0, self._dim), dtype=np.float32)
         # Batches of similar length waste little on padding (the model sorts a whole call the
@@ -79,7 +87,7 @@ class SentenceEncoder:
         out = np.zeros((len(texts), self._dim), dtype=np.float32)
         for start in range(0, len(order), self._batch_size):
             chosen = order[start : start + self._batch_size]
-            model, lock = self._copy_for(len(texts))
+            model, lock = self._copy_for(bulk)
             try:
                 vectors = model.encode(
                     [texts[i] for i in chosen],
@@ -93,9 +101,9 @@ class SentenceEncoder:
             out[chosen] = vectors
         return out
 
-    def _copy_for(self, count: int) -> tuple[Any, threading.Lock]:
-        """The query copy for a few texts, the bulk copy (the last) for more; its lock held."""
-        which = 0 if count <= QUERY_TEXTS else len(self._models) - 1
+    def _copy_for(self, bulk: bool) -> tuple[Any, threading.Lock]:
+        """The query copy (the first) or the bulk copy (the last), its lock held."""
+        which = len(self._models) - 1 if bulk else 0
         self._locks[which].acquire()
         return self._models[which], self._locks[which]
 
@@ -137,6 +145,13 @@ class CachedEncoder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         return np.stack([found[i] for i in range(len(texts))]).astype(np.float32)
+
+    def encode_bulk(self, texts: Sequence[str]) -> Vectors:
+        """Background work: past the cache (bulk texts are not queries, and a batch embedded
+        while a person is forgotten must not bring their words back into it), on the inner
+        encoder's bulk path when it has one."""
+        bulk = getattr(self._inner, "encode_bulk", None)
+        return bulk(texts) if bulk is not None else self._inner.encode(texts)
 
     def forget(self, texts: Sequence[str]) -> None:
         """Drop texts from the cache (a forgotten person's words must not linger in memory)."""

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import lancedb
 
-from embeddings.index import quote, table_name, table_names
+from embeddings.index import quote, table_names
 from server.clock import format_time, utc_now
 from server.config import Settings
 from server.store import Store
@@ -32,7 +32,7 @@ class BackupReport:
     memories: int
     tables: dict[str, int]
     seconds: float
-    queued: int = 0  # restore: items the vector copy lacked, queued for the indexer
+    queued: int = 0  # restore: items queued for the indexer to check against the copy
 
 
 def backup(settings: Settings, dest: Path) -> BackupReport:
@@ -66,8 +66,8 @@ def backup(settings: Settings, dest: Path) -> BackupReport:
 
 def restore(settings: Settings, src: Path) -> BackupReport:
     """Replace the data folder's database and vector tables with a backup's (server stopped),
-    then drop vectors whose source the backup does not hold, and queue for the indexer the
-    items a table lacks (indexed, and so gone from the outbox, between the two copies)."""
+    then drop vectors whose source the backup does not hold, and queue every item for the
+    indexer, which brings rows that changed between the two copies up to date."""
     started = time.perf_counter()
     if not (src / MANIFEST).exists() or not (src / "memory.db").exists():
         raise BackupError(f"{src} is not a backup made by `memory-server backup`")
@@ -83,13 +83,9 @@ def restore(settings: Settings, src: Path) -> BackupReport:
         sources = _source_ids(store)
         db = lancedb.connect(str(settings.lance_path))
         tables: dict[str, int] = {}
-        missing: set[str] = set()
-        active = table_name(settings.embedding_model, 0).removesuffix("0")
         for name in table_names(settings.lance_path):
             table = db.open_table(name)
             ids = table.to_lance().to_table(columns=["id"]).column("id").to_pylist()
-            if name.startswith(active):  # the table the server will read
-                missing |= sources - set(ids)
             orphans = [i for i in ids if i not in sources]
             for start in range(0, len(orphans), 500):
                 chunk = ", ".join(quote(i) for i in orphans[start : start + 500])
@@ -98,7 +94,10 @@ def restore(settings: Settings, src: Path) -> BackupReport:
                 table.to_lance().optimize.compact_files(materialize_deletions_threshold=0.0)
                 table.to_lance().cleanup_old_versions(timedelta(0), delete_unverified=True)
             tables[name] = int(table.count_rows())
-        queued = store.enqueue_sources(sorted(missing))
+        # An item changed and indexed between the two copies (archived, approved, edited) or
+        # indexed in between (so gone from the outbox) has an old or no row in the vector copy.
+        # Queue everything: the indexer re-embeds only what differs from the stored rows.
+        queued = store.enqueue_everything()
         messages = len([i for i in sources if i.startswith("turn:")])
         memories = len([i for i in sources if i.startswith("fact:")])
     finally:

@@ -191,6 +191,9 @@ class Indexer:
         _lower_priority()
         while not self._stop.is_set():
             try:
+                # Every pass, not only when idle: a steady stream of turns never empties the
+                # outbox, and a finished reindex must still be picked up (one meta read).
+                self._follow_active_model()
                 done = self.run_once()
                 if done == 0:
                     self._idle_maintenance()
@@ -210,7 +213,6 @@ class Indexer:
                 self._stop.wait(self._interval_s)
 
     def _idle_maintenance(self) -> None:
-        self._follow_active_model()
         if self.space.index.writes_since_optimize:
             with self.lock:
                 self.space.index.optimize()
@@ -308,7 +310,7 @@ class Indexer:
         if not texts:
             return {}
         started = time.perf_counter()
-        vectors = space.encoder.encode(texts)
+        vectors = space.encoder.encode_bulk(texts)
         self.stats.embed_seconds += time.perf_counter() - started
         self.stats.texts_embedded += len(texts)
         return dict(zip(texts, vectors, strict=True))
@@ -332,7 +334,7 @@ class Indexer:
                 todo.append(i)
         if todo:
             started = time.perf_counter()
-            fresh = space.encoder.encode([rows[i].text for i in todo])
+            fresh = space.encoder.encode_bulk([rows[i].text for i in todo])
             self.stats.embed_seconds += time.perf_counter() - started
             out[todo] = fresh
             self.stats.texts_embedded += len(todo)

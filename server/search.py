@@ -4,12 +4,11 @@ with every search written to the audit log."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from embeddings.index import Hit, quote
 from server.auth import Principal
-from server.errors import Forbidden
 from server.indexer import Indexer
 from server.store import Store
 
@@ -71,6 +70,12 @@ class StaffQuery:
 
 
 @dataclass(frozen=True, slots=True)
+class StaffPage:
+    items: list[Found]
+    more: bool  # a next page exists
+
+
+@dataclass(frozen=True, slots=True)
 class Found:
     kind: str  # facts | turns | summaries
     agent: str
@@ -91,49 +96,37 @@ class StaffSearch:
         self._store = store
         self._indexer = indexer
 
-    def search(self, principal: Principal, q: StaffQuery) -> list[Found]:
+    def search(self, principal: Principal, q: StaffQuery) -> StaffPage:
         agents = self._allowed_agents(principal, q.agents)
         hits = self._indexer.space.retrieve(
             q.mode,
             q.query,
             where=self._where(q, agents),
-            k=q.offset + q.limit,
+            k=q.offset + q.limit + 1,  # one more: is there a next page?
             min_score=q.threshold,
             own_words=True,  # staff look for who said it: the turn itself comes first
         )
-        found = self._still_there(hits)[q.offset : q.offset + q.limit]
+        window = self._still_there(hits)[q.offset : q.offset + q.limit + 1]
+        found = window[: q.limit]
         self._store.add_audit(
             key_id=principal.key_id,
             query=q.query,
             filters=_filters(q),
             results=[[a, p] for a, p in sorted({(f.agent, f.phone) for f in found})],
         )
-        return [
-            Found(
-                f.kind,
-                f.agent,
-                f.phone,
-                f.id,
-                f.text,
-                f.score,
-                f.created_at,
-                f.status,
-                highlight(f.text, q.query),
-            )
-            for f in found
-        ]
+        return StaffPage(
+            items=[replace(f, highlights=highlight(f.text, q.query)) for f in found],
+            more=len(window) > q.limit,
+        )
 
     @staticmethod
     def _allowed_agents(principal: Principal, asked: list[str] | None) -> list[str] | None:
         """The agents to search: None means all (admin, or staff with no list)."""
-        if principal.role not in ("admin", "staff"):
-            raise Forbidden("search needs a staff or admin key")
-        allowed = None if principal.is_admin or not principal.agents else list(principal.agents)
+        principal.require_operator()
         if asked is None:
-            return allowed
-        refused = [a for a in asked if allowed is not None and a not in allowed]
-        if refused:
-            raise Forbidden(f"this key may not read agent(s): {', '.join(refused)}")
+            return None if principal.is_admin or not principal.agents else list(principal.agents)
+        for agent in asked:
+            principal.require_read(agent)
         return asked
 
     @staticmethod
@@ -141,7 +134,7 @@ class StaffSearch:
         kinds = ", ".join(quote(KIND_OF[k]) for k in q.kinds)
         parts = [f"kind IN ({kinds})"]
         if agents is not None:
-            parts.append("agent IN (" + ", ".join(quote(a) for a in agents or ["-"]) + ")")
+            parts.append("agent IN (" + ", ".join(quote(a) for a in agents) + ")")
         if q.phone is not None:
             parts.append(f"phone = {quote(q.phone)}")
         if q.since is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -830,12 +830,10 @@ class Store:
 
     def iter_sources(self, kind: str, chunk: int = 2000) -> Iterator[list[str]]:
         """Every id of a kind, in chunks, for a rebuild of the index."""
-        sql = {
-            "turn": "SELECT CAST(id AS TEXT) FROM messages ORDER BY id",
-            "fact": "SELECT id FROM memories ORDER BY id",
-            "summary": "SELECT agent || '|' || phone FROM summaries ORDER BY agent, phone",
-        }[kind]
-        cursor = self._connect().execute(sql)
+        source = _SOURCES[kind]
+        cursor = self._connect().execute(
+            f"SELECT {source.ref} FROM {source.table} ORDER BY {source.order}"
+        )
         try:
             while batch := cursor.fetchmany(chunk):
                 yield [r[0] for r in batch]
@@ -922,48 +920,10 @@ class Store:
         with self._transaction() as conn:
             conn.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
 
-    def enqueue_sources(self, ids: Iterable[str]) -> int:
-        """Queue these items ("turn:12", "fact:mem_..", "summary:agent|phone") for the
-        indexer; ids whose source is gone are skipped."""
-        by_kind: dict[str, list[str]] = {"turn": [], "fact": [], "summary": []}
-        for item in ids:
-            kind, _, ref = item.partition(":")
-            if kind in by_kind:
-                by_kind[kind].append(ref)
-        sql = {
-            "turn": "SELECT 'turn', CAST(id AS TEXT), agent, phone, ? FROM messages"
-            " WHERE CAST(id AS TEXT) IN ({})",
-            "fact": "SELECT 'fact', id, agent, phone, ? FROM memories WHERE id IN ({})",
-            "summary": "SELECT 'summary', agent || '|' || phone, agent, phone, ? FROM summaries"
-            " WHERE agent || '|' || phone IN ({})",
-        }
-        now = self._now()
-        total = 0
-        with self._transaction() as conn:
-            for kind, refs in by_kind.items():
-                for chunk in _chunks(refs):
-                    select = sql[kind].format(", ".join("?" * len(chunk)))
-                    total += conn.execute(
-                        "INSERT INTO outbox (kind, ref_id, agent, phone, enqueued_at) " + select,
-                        (now, *chunk),
-                    ).rowcount
-        return total
-
     def enqueue_everything(self) -> int:
         """Queue every turn, memory and summary for the indexer (a rebuild for a new model)."""
-        now = self._now()
         with self._transaction() as conn:
-            total = 0
-            for sql in (
-                "INSERT INTO outbox (kind, ref_id, agent, phone, enqueued_at)"
-                " SELECT 'turn', CAST(id AS TEXT), agent, phone, ? FROM messages",
-                "INSERT INTO outbox (kind, ref_id, agent, phone, enqueued_at)"
-                " SELECT 'fact', id, agent, phone, ? FROM memories",
-                "INSERT INTO outbox (kind, ref_id, agent, phone, enqueued_at)"
-                " SELECT 'summary', agent || '|' || phone, agent, phone, ? FROM summaries",
-            ):
-                total += conn.execute(sql, (now,)).rowcount
-        return total
+            return sum(_enqueue_all(conn, kind, self._now()) for kind in _SOURCES)
 
     # -- meta --------------------------------------------------------------------------------
 
@@ -978,6 +938,32 @@ class Store:
                 " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 (key, value),
             )
+
+
+@dataclass(frozen=True, slots=True)
+class _Source:
+    table: str
+    ref: str  # the SQL of an item's ref_id: the index row is "<kind>:<ref_id>"
+    order: str  # the table's own key, for reading every item in order
+
+
+_SOURCES = {
+    "turn": _Source("messages", "CAST(id AS TEXT)", "id"),
+    "fact": _Source("memories", "id", "id"),
+    "summary": _Source("summaries", "agent || '|' || phone", "agent, phone"),
+}
+
+
+def _enqueue_all(conn: sqlite3.Connection, kind: str, now: str) -> int:
+    """Queue every item of one kind for the indexer."""
+    source = _SOURCES[kind]
+    return int(
+        conn.execute(
+            "INSERT INTO outbox (kind, ref_id, agent, phone, enqueued_at)"
+            f" SELECT ?, {source.ref}, agent, phone, ? FROM {source.table}",
+            (kind, now),
+        ).rowcount
+    )
 
 
 def _enqueue(

@@ -32,7 +32,7 @@ def staff_search(
         offset=body.offset,
         threshold=body.threshold,
     )
-    found = services.search.search(principal, query)
+    page = services.search.search(principal, query)
     items = [
         StaffHit(
             kind=f.kind,
@@ -45,10 +45,9 @@ def staff_search(
             status=f.status,
             highlights=f.highlights,
         )
-        for f in found
+        for f in page.items
     ]
-    more = len(items) == body.limit
-    return StaffSearchOut(items=items, next_offset=body.offset + body.limit if more else None)
+    return StaffSearchOut(items=items, next_offset=body.offset + body.limit if page.more else None)
 
 
 @router.get("/audit", response_model=AuditList)

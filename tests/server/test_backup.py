@@ -83,19 +83,22 @@ def test_backup_while_serving_then_restore(
 
     # The vector copy is taken first. A vector written between the two copies has no source in
     # the SQLite copy: restore drops it. A turn indexed (and so gone from the outbox) between
-    # them has a source but no vector: restore queues it.
+    # them has a source but no vector, and one archived in between has a stale row: restore
+    # queues everything and the indexer brings both up to date.
     from dataclasses import replace
 
     copy = VectorIndex(tmp_path / "bk" / "lance", index.model, index.dim)
     (row, vector) = copy.get(["turn:1"])["turn:1"]
+    assert row.status == "archived"
     copy.upsert([replace(row, id="turn:999999", ref_id="999999")], vector[None, :])
+    copy.upsert([replace(row, status="recent", text="stale text")], vector[None, :])
     copy.delete_ids(["turn:2"])
 
     restored = tmp_path / "restored"
     monkeypatch.setenv("MEMORY_DATA_DIR", str(restored))
     assert main(["restore", str(tmp_path / "bk")], encoder_factory=fake_factory) == 0
-    # turn:2, and any turn of the writer indexed between the copies or still queued then.
-    assert json.loads(capsys.readouterr().out)["queued"] >= 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["queued"] == report["messages"] + report["memories"]
     assert dump(restored / "memory.db") == snapshot, "every table comes back as it was"
 
     services = open_services(make_settings(restored), encoder_factory=fake_factory)
@@ -104,6 +107,9 @@ def test_backup_while_serving_then_restore(
         sources = {f"turn:{r[0]}" for r in snapshot["messages"]}
         sources |= {f"fact:{r[0]}" for r in snapshot["memories"]}
         assert sorted(services.indexer.space.index.all_ids()) == sorted(sources)
+        fixed = services.indexer.space.index.get(["turn:1"])["turn:1"][0]
+        assert (fixed.status, fixed.content) == ("archived", "turn 0 about my dog")
+        assert "stale" not in fixed.text
         hits = services.indexer.space.index.keyword("Biscuit", where="kind = 'fact'", k=5)
         assert [h.row.text for h in hits] == ["has a dog called Biscuit"]
     finally:

@@ -80,7 +80,10 @@ def test_sigkill_mid_stream_loses_nothing_acknowledged(server: Server) -> None:
     threads = [threading.Thread(target=client, args=(n,)) for n in range(4)]
     for thread in threads:
         thread.start()
+    deadline = time.monotonic() + 60
     while len(acked) < 120:
+        assert any(t.is_alive() for t in threads), "the clients stopped before 120 acks"
+        assert time.monotonic() < deadline, "120 acks did not come within a minute"
         time.sleep(0.01)
     server.kill()
     for thread in threads:

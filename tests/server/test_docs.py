@@ -58,6 +58,9 @@ def test_openapi_lists_the_contract_paths(api: Api) -> None:
         "/v1/agents/{agent}/memories/{memory_id}/history": {"get"},
         "/v1/agents/{agent}/settings": {"get", "put"},
         "/metrics": {"get"},
+        "/v1/search": {"post"},
+        "/v1/audit": {"get"},
+        "/staff": {"get"},
     }
     for path, methods in expected.items():
         assert methods <= set(paths[path]), path

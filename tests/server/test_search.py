@@ -85,6 +85,16 @@ def test_pagination(seeded: Api) -> None:
     assert len(first["items"]) == 5 and first["next_offset"] == 5
     second = search(seeded, query="small talk weather", kinds=["turns"], limit=5, offset=5)
     assert not {i["id"] for i in first["items"]} & {i["id"] for i in second["items"]}
+    # Walk to the end: the last page says there is none after it, even when it is full.
+    everything = search(seeded, query="small talk weather", kinds=["turns"], limit=100)
+    total = len(everything["items"])
+    assert 10 < total < 100 and everything["next_offset"] is None
+    last = search(seeded, query="small talk weather", kinds=["turns"], limit=5, offset=total - 5)
+    assert len(last["items"]) == 5 and last["next_offset"] is None
+    before_last = search(
+        seeded, query="small talk weather", kinds=["turns"], limit=5, offset=total - 6
+    )
+    assert before_last["next_offset"] == total - 1
 
 
 def test_threshold_applies_to_semantic(seeded: Api) -> None:

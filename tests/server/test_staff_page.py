@@ -71,7 +71,7 @@ def live_server(tmp_path: Path) -> Iterator[str]:
     # Another agent's customer, and a fact: for the filters.
     httpx.post(
         f"{base}/v1/agents/bank/people/+15550000002/messages",
-        json={"role": "user", "content": "the jacket I bought with my card was charged twice"},
+        json={"role": "user", "content": "👍🏽 the jacket I bought with my card was charged twice"},
         headers=admin,
     )
     httpx.post(
@@ -139,6 +139,8 @@ def test_staff_find_a_paraphrase_and_open_the_timeline(live_server: str) -> None
         page.fill("#agents", "bank")
         people, kinds = search(page)
         assert people == ["+15550000002 · bank"] and kinds == ["turn"]
+        # After an emoji (two UTF-16 units each) the mark still covers the word itself.
+        assert page.locator(".hit mark").all_inner_texts() == ["jacket"]
         page.fill("#agents", "")
         page.fill("#phone", "+15550000001")
         people, kinds = search(page)
