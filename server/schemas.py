@@ -502,7 +502,7 @@ class StaffSearchIn(Strict):
 class StaffHit(BaseModel):
     kind: str = Field(description="facts, turns or summaries")
     agent: str
-    phone: str
+    phone: str | None = Field(description="null for a memory about no one person")
     id: str
     text: str
     score: float

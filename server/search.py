@@ -79,7 +79,7 @@ class StaffPage:
 class Found:
     kind: str  # facts | turns | summaries
     agent: str
-    phone: str
+    phone: str | None  # None: a memory about no one person
     id: str
     text: str
     score: float
@@ -112,7 +112,7 @@ class StaffSearch:
             key_id=principal.key_id,
             query=q.query,
             filters=_filters(q),
-            results=[[a, p] for a, p in sorted({(f.agent, f.phone) for f in found})],
+            results=[[a, p] for a, p in sorted({(f.agent, f.phone) for f in found if f.phone})],
         )
         return StaffPage(
             items=[replace(f, highlights=highlight(f.text, q.query)) for f in found],
@@ -175,7 +175,7 @@ class StaffSearch:
                     Found(
                         "facts",
                         f.agent,
-                        f.phone or "",
+                        f.phone,
                         f.id,
                         f.content,
                         score,

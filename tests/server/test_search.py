@@ -169,3 +169,20 @@ def test_staff_page_is_served_without_a_key(api: Api) -> None:
     page = response.text
     assert "/v1/search" in page and "sessionStorage" in page
     assert "http://" not in page and "https://" not in page, "no external assets"
+
+
+def test_a_memory_about_no_one_person_has_no_phone(seeded: Api) -> None:
+    """An agent-wide memory comes back with phone null (the page then offers no timeline),
+    and the audit log lists only the people a search returned."""
+    created = seeded.client.post(
+        "/v1/agents/shop/memories",
+        json={"content": "Zebra-striped parcels ship on Mondays"},
+        headers=admin(),
+    )
+    assert created.status_code == 201 and created.json()["phone"] is None
+    items = search(seeded, query="zebra striped parcels", mode="keyword", kinds=["facts"])["items"]
+    assert [(i["text"], i["phone"]) for i in items] == [
+        ("Zebra-striped parcels ship on Mondays", None)
+    ]
+    audit = seeded.client.get("/v1/audit", headers=admin()).json()["items"]
+    assert audit[0]["result_count"] == 0 and audit[0]["results"] == []
