@@ -8,6 +8,7 @@ import math
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 
+import anyio
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -21,7 +22,13 @@ from server.clock import Clock, utc_now
 from server.compaction import Compaction
 from server.config import Settings
 from server.deps import Services, bearer_secret
-from server.errors import ApiError, error_body, field_code, install_error_handlers
+from server.errors import (
+    ApiError,
+    BodyTooLarge,
+    error_body,
+    field_code,
+    install_error_handlers,
+)
 from server.indexer import ACTIVE_MODEL, Indexer, VectorSpace
 from server.llm import OpenAICompatible
 from server.memories import MemoryBook
@@ -163,57 +170,106 @@ def create_app(
     )
     for router in routers:
         app.include_router(router)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimit,
+        max_bytes=settings.max_body_bytes,
+        timeout_s=settings.body_timeout_s,
+        max_in_flight=settings.max_connections,
+    )
     return app
 
 
 class BodyLimit:
-    """Refuses bodies over the limit with 413, whether announced by Content-Length or streamed,
-    and JSON bodies no route should see with 422 (see strict_json_problem)."""
+    """Guards the app against bodies it should not read or wait for. Beyond `max_in_flight`
+    requests at once the answer is 503 overloaded. A body method that announces a body needs a
+    live key before a byte of it is read (401 at once). A body over the limit is 413, whether
+    announced by Content-Length or streamed; one that has not arrived in full `timeout_s` after
+    the first read is 408. A JSON body no route should see is 422 (see strict_json_problem).
+    Every early answer closes the connection, so the unread rest is never taken for a request."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float, max_in_flight: int) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
+        self.max_in_flight = max_in_flight
+        self.in_flight = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None:
+        if self.in_flight >= self.max_in_flight:
+            log.warning("overloaded: %d requests in flight, answering 503", self.in_flight)
+            message = f"more than {self.max_in_flight} requests at once; retry shortly"
+            await _send_error(send, 503, "overloaded", message, close=True)
+            return
+        self.in_flight += 1
+        try:
+            await self._guard(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+
+    async def _guard(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        try:
+            length = int(declared) if declared is not None else None
+        except ValueError:
+            length = None
+        if length is not None and length > self.max_bytes:
+            await _refuse(send, self.max_bytes, close=True)
+            return
+        needs_key = scope.get("method") in _BODY_METHODS
+        if needs_key and (length or b"transfer-encoding" in headers):
+            needs_key = False
+            # The key first: without one the answer is 401 whatever the body holds, as for
+            # every other request, and a keyless client cannot make the server wait or buffer.
             try:
-                too_big = int(declared) > self.max_bytes
-            except ValueError:
-                too_big = False
-            if too_big:
-                await _refuse(send, self.max_bytes)
+                _authenticate(scope)
+            except ApiError as exc:
+                await _send_error(send, exc.status, exc.code, exc.message, close=True)
                 return
-        body = bytearray()
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body.extend(message.get("body", b""))
-            if len(body) > self.max_bytes:
-                await _refuse(send, self.max_bytes)
-                return
-            more = message.get("more_body", False)
+        try:
+            with anyio.fail_after(self.timeout_s):
+                body = await _read_body(receive, self.max_bytes)
+        except TimeoutError:
+            message = f"the request body did not arrive within {self.timeout_s:g} s"
+            await _send_error(send, 408, "body_timeout", message, close=True)
+            return
+        except BodyTooLarge:
+            await _refuse(send, self.max_bytes, close=True)
+            return
+        if body is None:
+            return  # the client went away
         if body:
             scope = _as_json(scope)
-            if scope.get("method") in _BODY_METHODS:
-                # The key first: without one the answer is 401 whatever the body holds, as
-                # for every other request (FastAPI parses a body before any dependency runs).
+            if needs_key:  # a body that came unannounced (an ASGI client may send one)
                 try:
                     _authenticate(scope)
                 except ApiError as exc:
                     await _send_error(send, exc.status, exc.code, exc.message)
                     return
-                problem = strict_json_problem(bytes(body))
+            if scope.get("method") in _BODY_METHODS:
+                problem = strict_json_problem(body)
                 if problem is not None:
                     await _send_error(send, 422, *problem)
                     return
-        await self.app(scope, _replay(bytes(body), receive), send)
+        await self.app(scope, _replay(body, receive), send)
+
+
+async def _read_body(receive: Receive, max_bytes: int) -> bytes | None:
+    """The whole body, or None when the client disconnects; BodyTooLarge past max_bytes."""
+    body = bytearray()
+    more = True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        body.extend(message.get("body", b""))
+        if len(body) > max_bytes:
+            raise BodyTooLarge(f"request body is larger than {max_bytes} bytes")
+        more = message.get("more_body", False)
+    return bytes(body)
 
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
@@ -345,20 +401,21 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-async def _refuse(send: Send, max_bytes: int) -> None:
-    await _send_error(send, 413, "body_too_large", f"request body is larger than {max_bytes} bytes")
+async def _refuse(send: Send, max_bytes: int, *, close: bool = False) -> None:
+    message = f"request body is larger than {max_bytes} bytes"
+    await _send_error(send, 413, "body_too_large", message, close=close)
 
 
-async def _send_error(send: Send, status: int, code: str, message: str) -> None:
+async def _send_error(
+    send: Send, status: int, code: str, message: str, *, close: bool = False
+) -> None:
+    """The one error shape; close=True when the body was not read to its end."""
     payload = json.dumps(error_body(status, code, message)).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(payload)).encode()),
-            ],
-        }
-    )
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(payload)).encode()),
+    ]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})

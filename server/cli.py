@@ -18,6 +18,7 @@ from server.app import EncoderFactory, default_encoder_factory
 from server.auth import KeyRing
 from server.config import Settings, load_settings
 from server.errors import ApiError
+from server.logs import RepeatFilter
 from server.store import Store
 
 
@@ -33,15 +34,36 @@ def _serve(rt: Runtime, _: argparse.Namespace) -> int:
     from server.app import create_app
 
     settings = rt.settings
+    _raise_open_files_limit()
     uvicorn.run(
         create_app(settings, encoder_factory=rt.encoder_factory),
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
+        # No handlers of uvicorn's own: its lines go through the root handler and its filter.
+        log_config=None,
+        # The app answers 503 in the JSON shape beyond max_connections requests at once; this
+        # is uvicorn's own backstop (plain-text 503), which also counts idle connections.
+        limit_concurrency=2 * settings.max_connections,
         # One process: the SQLite writer, the encoder and the indexer live in it.
         workers=1,
     )
     return 0
+
+
+def _raise_open_files_limit() -> None:
+    """Soft limit of open files up to the hard one, so that the connection cap, not a
+    "Too many open files" loop, is what a flood of connections meets."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY:
+            hard = max(soft, 65_536)
+        if soft != resource.RLIM_INFINITY and soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass  # no resource module (Windows), or not allowed: keep the limit there is
 
 
 def _keys(rt: Runtime, args: argparse.Namespace) -> int:
@@ -201,8 +223,12 @@ def main(
     except ValidationError as exc:
         print(f"memory-server: invalid settings:\n{exc}", file=sys.stderr)
         return 2
+    handler = logging.StreamHandler()
+    handler.addFilter(RepeatFilter())  # floods of one warning (accept errors) are rate-limited
     logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        handlers=[handler],
     )
     runtime = Runtime(settings, encoder_factory or default_encoder_factory(settings))
     handlers = {

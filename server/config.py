@@ -29,6 +29,15 @@ class Settings(BaseSettings):
     log_level: str = Field("info", description="Log level: debug, info, warning or error.")
 
     max_body_bytes: int = Field(1_048_576, ge=1024, description="Largest request body; 413 beyond.")
+    body_timeout_s: float = Field(
+        10.0, gt=0, description="Seconds a request body may take to arrive in full; 408 beyond."
+    )
+    max_connections: int = Field(
+        1000,
+        ge=1,
+        description="Requests served at once; 503 overloaded beyond. Uvicorn refuses requests"
+        " on connections beyond twice this many (idle keep-alive ones included).",
+    )
     max_message_chars: int = Field(32_000, ge=1, description="Largest message content, characters.")
     max_memory_chars: int = Field(2_000, ge=1, description="Largest memory content, characters.")
     busy_timeout_ms: int = Field(
