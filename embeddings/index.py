@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 import lancedb
 import numpy as np
@@ -18,6 +20,7 @@ from lancedb.query import LanceVectorQueryBuilder
 
 from embeddings.encoder import Vectors, model_slug
 
+T = TypeVar("T")
 RRF_K = 60  # the usual constant of reciprocal-rank fusion
 
 # Filters run inside LanceDB on scalar indexes (exact vector search over the rows that pass).
@@ -92,6 +95,53 @@ class SharedLock:
                 self._cond.notify_all()
 
 
+class FolderWriteLock:
+    """One LanceDB writer at a time per index folder, across threads and processes (a
+    `memory-server reindex` or `forget` next to a running server): a purge deletes old
+    versions' files, so a write must never run from a version a purge removed. Re-entrant in
+    the holding thread; the cross-process part is an flock on `<folder>/.write.lock`."""
+
+    _registry: ClassVar[dict[str, FolderWriteLock]] = {}
+    _registry_guard: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, folder: Path) -> None:
+        self._path = folder / ".write.lock"
+        self._lock = threading.RLock()
+        self._depth = 0
+        self._fd: int | None = None
+
+    @classmethod
+    def of(cls, folder: Path) -> FolderWriteLock:
+        """The process's one lock object for a folder (two objects would deadlock a thread)."""
+        key = str(folder.resolve())
+        with cls._registry_guard:
+            if key not in cls._registry:
+                cls._registry[key] = cls(folder)
+            return cls._registry[key]
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        if self._depth == 0:
+            try:
+                self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
+                fcntl.flock(self._fd, fcntl.LOCK_EX)
+            except BaseException:
+                if self._fd is not None:
+                    os.close(self._fd)
+                    self._fd = None
+                self._lock.release()
+                raise
+        self._depth += 1
+
+    def __exit__(self, *_: object) -> None:
+        self._depth -= 1
+        if self._depth == 0 and self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+        self._lock.release()
+
+
 def quote(value: str) -> str:
     """A SQL string literal for a LanceDB filter."""
     return "'" + value.replace("'", "''") + "'"
@@ -114,7 +164,7 @@ class VectorIndex:
         self.dim = dim
         self.name = table_name(model, dim)
         self._db = lancedb.connect(str(path))
-        self._lock = threading.RLock()  # one writer at a time
+        self._folder_lock = FolderWriteLock.of(path)
         self._files = SharedLock()  # readers versus whoever deletes old files
         self._schema = pa.schema(
             [
@@ -149,12 +199,20 @@ class VectorIndex:
 
     # -- writing -----------------------------------------------------------------------------
 
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """The folder's write lock, then the latest version: another process (or another
+        handle) may have written or purged since this handle last looked."""
+        with self._folder_lock:
+            self._table.checkout_latest()  # type: ignore[no-untyped-call]
+            yield
+
     def upsert(self, rows: Sequence[IndexRow], vectors: Vectors) -> None:
         """Insert or replace rows by id, all in one LanceDB version."""
         if not rows:
             return
         data = self._arrow(rows, vectors)
-        with self._lock:
+        with self._writing():
             (
                 self._table.merge_insert("id")
                 .when_matched_update_all()
@@ -169,7 +227,7 @@ class VectorIndex:
         if not ids:
             return 0
         where = "id IN (" + ", ".join(quote(i) for i in ids) + ")"
-        with self._lock:
+        with self._writing():
             count = self._table.count_rows(where)
             if count:
                 self._table.delete(where)
@@ -178,7 +236,7 @@ class VectorIndex:
 
     def delete_person(self, agent: str, phone: str) -> int:
         where = f"agent = {quote(agent)} AND phone = {quote(phone)}"
-        with self._lock:
+        with self._writing():
             count = self._table.count_rows(where)
             if count:
                 self._table.delete(where)
@@ -187,7 +245,7 @@ class VectorIndex:
     def purge(self) -> None:
         """Make deletions physical: rewrite fragments without deleted rows, drop old versions,
         rebuild the indexes, so no file keeps a deleted row's text."""
-        with self._lock, self._files.exclusive():
+        with self._writing(), self._files.exclusive():
             dataset = self._table.to_lance()
             dataset.optimize.compact_files(materialize_deletions_threshold=0.0)
             self._table.checkout_latest()  # type: ignore[no-untyped-call]
@@ -198,7 +256,7 @@ class VectorIndex:
         """Compact small fragments, fold new rows into the indexes, drop versions older than
         ten minutes (a reader in another process, such as a reindex, may still use them)."""
         # Readers use the latest version, never one ten minutes old: no need to hold them off.
-        with self._lock:
+        with self._writing():
             self._table.optimize(cleanup_older_than=timedelta(minutes=10))
             self._writes_since_optimize = 0
 
@@ -235,9 +293,19 @@ class VectorIndex:
     def count(self, where: str | None = None) -> int:
         return int(self._table.count_rows(where))
 
-    def all_ids(self) -> list[str]:
+    def _read(self, run: Callable[[], T]) -> T:
+        """Run a read; if it fails, read once more from the latest version. Another process
+        (a CLI forget, a reindex) may have purged the files of the version this handle had
+        open; the latest version has what it needs."""
         with self._files.shared():
-            table = self._table.to_lance().to_table(columns=["id"])
+            try:
+                return run()
+            except (RuntimeError, OSError, ValueError):
+                self._table.checkout_latest()  # type: ignore[no-untyped-call]
+                return run()
+
+    def all_ids(self) -> list[str]:
+        table = self._read(lambda: self._table.to_lance().to_table(columns=["id"]))
         return [str(i) for i in table.column("id").to_pylist()]
 
     def get(self, ids: Sequence[str]) -> dict[str, tuple[IndexRow, Vectors]]:
@@ -245,8 +313,7 @@ class VectorIndex:
         if not ids:
             return {}
         where = "id IN (" + ", ".join(quote(i) for i in ids) + ")"
-        with self._files.shared():
-            table = self._table.search().where(where).limit(len(ids)).to_arrow()
+        table = self._read(lambda: self._table.search().where(where).limit(len(ids)).to_arrow())
         rows = table.to_pylist()
         return {r["id"]: (_row(r), np.asarray(r["vector"], dtype=np.float32)) for r in rows}
 
@@ -269,8 +336,7 @@ class VectorIndex:
         if min_score is not None:
             # _distance is 1 - cosine, so a cosine floor is a distance ceiling.
             query = query.distance_range(upper_bound=1.0 - min_score + 1e-6)
-        with self._files.shared():
-            found = query.to_list()
+        found = self._read(query.to_list)
         return [Hit(_row(r), 1.0 - float(r["_distance"])) for r in found]
 
     def keyword(self, text: str, *, where: str, k: int, column: str = "text") -> list[Hit]:
@@ -279,17 +345,18 @@ class VectorIndex:
         if k <= 0 or not text.strip():
             return []
         if not self._indexed:
-            with self._lock:
+            with self._writing():
                 self._build_indexes()
         if not self._indexed:
             return []
-        with self._files.shared():
-            found = (
+        found = self._read(
+            lambda: (
                 self._table.search(_fts_text(text), query_type="fts", fts_columns=column)
                 .where(where, prefilter=True)
                 .limit(k)
                 .to_list()
             )
+        )
         return [Hit(_row(r), float(r.get("_score", 0.0))) for r in found]
 
     def hybrid(
@@ -337,6 +404,12 @@ def purge_person_from_table(path: Path, name: str, agent: str, phone: str) -> in
     """Delete a person from a table of another model, and make the deletion physical."""
     table = lancedb.connect(str(path)).open_table(name)
     where = f"agent = {quote(agent)} AND phone = {quote(phone)}"
+    with FolderWriteLock.of(path):
+        return _purge_rows(table, where)
+
+
+def _purge_rows(table: Any, where: str) -> int:
+    table.checkout_latest()
     count = int(table.count_rows(where))
     if count:
         table.delete(where)

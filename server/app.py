@@ -29,7 +29,8 @@ from server.errors import (
     field_code,
     install_error_handlers,
 )
-from server.indexer import ACTIVE_MODEL, Indexer, VectorSpace
+from server.hooks import Hooks
+from server.indexer import ACTIVE_MODEL, Indexer, VectorSpace, queue_missing
 from server.llm import OpenAICompatible
 from server.memories import MemoryBook
 from server.memory import MemoryService
@@ -53,12 +54,18 @@ def default_encoder_factory(settings: Settings) -> EncoderFactory:
 
 
 def open_space(settings: Settings, store: Store, encoder: Encoder) -> VectorSpace:
-    """The model's own table. A table that is new, or behind SQLite while nothing is queued
-    (it missed writes while another model was active), is refilled from SQLite in the
-    background through the outbox, so changing the model never mixes vectors."""
+    """The model's own table. A new table is filled from SQLite in the background through the
+    outbox, so changing the model never mixes vectors; a table that differs from SQLite (it
+    missed writes while another model was active, or while a reindex built it under traffic)
+    gets what it lacks queued."""
     index = VectorIndex(settings.lance_path, encoder.name, encoder.dim)
-    behind = store.outbox_size() == 0 and index.count() != store.count_sources()
-    if (index.created or behind) and (queued := store.enqueue_everything()):
+    if index.created:
+        queued = store.enqueue_everything()
+    elif index.count() != store.count_sources():
+        queued = queue_missing(store, index)
+    else:
+        queued = 0
+    if queued:
         log.info("index %s: %d items queued for embedding", index.name, queued)
     return VectorSpace(encoder=CachedEncoder(encoder), index=index)
 
@@ -69,8 +76,11 @@ def open_services(
     clock: Clock = utc_now,
     encoder_factory: EncoderFactory | None = None,
     before_ack: Callable[[], None] | None = None,
+    hooks: Hooks | None = None,
 ) -> Services:
-    """Open the stores, the model and the index, and build the services (also for the CLI)."""
+    """Open the stores, the model and the index, and build the services (also for the CLI).
+    Tests pass hooks to drive races at named points (see server/hooks.py)."""
+    hooks = hooks or Hooks()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     store = Store(
         settings.sqlite_path,
@@ -90,6 +100,7 @@ def open_services(
         optimize_every=settings.index_optimize_every,
         before_ack=before_ack,
         turn_window=settings.turn_window,
+        hooks=hooks,
     )
     compaction = Compaction(
         store,
@@ -99,6 +110,7 @@ def open_services(
         duplicate_threshold=settings.duplicate_threshold,
         clock=clock,
         backoff_s=settings.compact_backoff_s,
+        hooks=hooks,
     )
     return Services(
         settings=settings,
@@ -107,8 +119,8 @@ def open_services(
         memory=MemoryService(store, settings, indexer, compaction, clock=clock),
         indexer=indexer,
         compaction=compaction,
-        book=MemoryBook(store, indexer, AgentSettings(store, settings), clock=clock),
-        search=StaffSearch(store, indexer),
+        book=MemoryBook(store, indexer, AgentSettings(store, settings), clock=clock, hooks=hooks),
+        search=StaffSearch(store, indexer, hooks=hooks),
     )
 
 
@@ -118,6 +130,7 @@ def create_app(
     clock: Clock = utc_now,
     encoder_factory: EncoderFactory | None = None,
     run_workers: bool = True,
+    hooks: Hooks | None = None,
 ) -> FastAPI:
     """The ASGI app. Stores, model, indexer and compaction open at start-up and close at
     shutdown. Tests pass a fake encoder_factory, and run_workers=False to drive the background
@@ -125,7 +138,9 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        services = open_services(settings, clock=clock, encoder_factory=encoder_factory)
+        services = open_services(
+            settings, clock=clock, encoder_factory=encoder_factory, hooks=hooks
+        )
         app.state.services = services
         if run_workers:
             services.indexer.start()

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from server.errors import Forbidden, InvalidInput, NotFound, Unauthorized
 from server.store import ApiKey, Store
 
-AGENT_PATTERN = re.compile(r"^[a-z0-9_-]{1,64}$")
+# fullmatch everywhere: "$" would also match before a final "\n" ("alpha\n" passing as "alpha").
+AGENT_PATTERN = re.compile(r"[a-z0-9_-]{1,64}")
 BOOTSTRAP_ID = "admin-bootstrap"
 
 
@@ -69,7 +70,7 @@ def parse_scope(scope: str, agents: list[str] | None) -> tuple[str, list[str]]:
     """Validate a scope string and its agent list; returns (scope, agents)."""
     agents = list(agents or [])
     for agent in agents:
-        if not AGENT_PATTERN.match(agent):
+        if not AGENT_PATTERN.fullmatch(agent):
             raise InvalidInput(f"invalid agent name: {agent!r}", "invalid_agent")
     if scope in ("admin", "staff"):
         if agents and scope == "admin":
@@ -77,7 +78,7 @@ def parse_scope(scope: str, agents: list[str] | None) -> tuple[str, list[str]]:
         return scope, sorted(set(agents))
     if scope.startswith("agent:"):
         agent = scope.removeprefix("agent:")
-        if not AGENT_PATTERN.match(agent):
+        if not AGENT_PATTERN.fullmatch(agent):
             raise InvalidInput(f"invalid agent in scope: {agent!r}", "invalid_agent")
         if agents:
             raise InvalidInput("an agent key takes no agent list", "invalid_scope")

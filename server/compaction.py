@@ -16,6 +16,7 @@ from datetime import timedelta
 from embeddings.index import quote
 from server.agent_settings import AgentSettings
 from server.clock import Clock, format_time, utc_now
+from server.hooks import Hooks
 from server.indexer import Indexer
 from server.llm import ExtractedFact, ModelError, Summariser
 from server.locks import KeyedLocks
@@ -49,6 +50,7 @@ class Compaction:
         duplicate_threshold: float = 0.9,
         clock: Clock = utc_now,
         backoff_s: Sequence[float] = BACKOFF_S,
+        hooks: Hooks | None = None,
     ) -> None:
         self._store = store
         self._indexer = indexer
@@ -64,6 +66,7 @@ class Compaction:
         self._guard = threading.Lock()
         self._thread: threading.Thread | None = None
         self._warned_no_model = False
+        self._hooks = hooks or Hooks()
 
     @property
     def uses_model(self) -> bool:
@@ -132,6 +135,7 @@ class Compaction:
         extracted = self._model.extract_facts(transcript)
         new, seen_again = self._dedupe(agent, phone, extracted)
         facts = [self._memory(agent, phone, f, old, review) for f in new]
+        self._hooks.reach("compaction.model_answered")
         archived = self._store.apply_compaction(
             agent,
             phone,
@@ -140,7 +144,13 @@ class Compaction:
             new_facts=facts,
             seen_again=seen_again,
             actor=f"model:{self._model.model}",
+            from_turns=[m.id for m in old],
         )
+        if archived is None:
+            # Forgotten (or compacted) while the model ran: what it made from those turns
+            # must not be stored.
+            log.info("compaction dropped: the turns it read are gone")
+            return Compacted(0, 0, None)
         # Facts are indexed now, so the next compaction's duplicate check sees them.
         self._indexer.index_now("fact", [f.id for f in facts])
         self._indexer.wake()

@@ -14,6 +14,7 @@ import numpy as np
 
 from embeddings.encoder import CachedEncoder, Vectors
 from embeddings.index import Hit, IndexRow, VectorIndex, purge_person_from_table, table_names
+from server.hooks import Hooks
 from server.store import Memory, Message, OutboxItem, Store, Summary
 
 log = logging.getLogger(__name__)
@@ -134,6 +135,22 @@ def summary_row(agent: str, phone: str, summary: Summary) -> IndexRow:
     )
 
 
+def queue_missing(store: Store, index: VectorIndex) -> int:
+    """Queue every turn, memory and summary that SQLite holds and the index lacks, so a table
+    that missed writes (a reindex racing new turns, a model switch under traffic) catches up
+    through the indexer; what the outbox already holds is not queued twice. Returns how many
+    were queued."""
+    have = set(index.all_ids())
+    queued = 0
+    for kind in ("turn", "fact", "summary"):
+        waiting = store.queued_refs(kind)
+        for refs in store.iter_sources(kind):
+            missing = [r for r in refs if f"{kind}:{r}" not in have and r not in waiting]
+            if missing:
+                queued += store.enqueue_refs(kind, missing)
+    return queued
+
+
 def _lower_priority() -> None:
     """Embedding is background work: let request threads have the CPU first. On Linux a
     thread's nice value is its own, and the model's worker threads started from this thread
@@ -157,8 +174,10 @@ class Indexer:
         before_ack: Callable[[], None] | None = None,
         switch_to: Callable[[str], VectorSpace] | None = None,
         turn_window: int = 1,
+        hooks: Hooks | None = None,
     ) -> None:
         self._store = store
+        self._hooks = hooks or Hooks()
         self.space = space
         self._batch_size = batch_size
         self._interval_s = interval_s
@@ -231,6 +250,7 @@ class Indexer:
         if items:
             space = self.space
             embedded = self._embed_new(space, self._load(items)[0])
+            self._hooks.reach("indexer.embedded")
             with self.lock:
                 self._process(items, embedded if space is self.space else {})
         if self.space.index.writes_since_optimize >= self._optimize_every:

@@ -10,6 +10,7 @@ from embeddings.index import quote
 from server.agent_settings import AgentSettings
 from server.clock import Clock, format_time, utc_now
 from server.errors import NotFound
+from server.hooks import Hooks
 from server.indexer import Indexer, fact_row
 from server.store import HistoryEntry, Memory, MemoryFilter, Store
 
@@ -39,12 +40,19 @@ class MemoryBook:
     the indexer; changes to content are embedded before the call returns."""
 
     def __init__(
-        self, store: Store, indexer: Indexer, agents: AgentSettings, *, clock: Clock = utc_now
+        self,
+        store: Store,
+        indexer: Indexer,
+        agents: AgentSettings,
+        *,
+        clock: Clock = utc_now,
+        hooks: Hooks | None = None,
     ) -> None:
         self._store = store
         self._indexer = indexer
         self._agents = agents
         self._clock = clock
+        self._hooks = hooks or Hooks()
 
     def get(self, agent: str, memory_id: str) -> Memory:
         """A memory of this agent; another agent's memory does not exist for the caller."""
@@ -72,27 +80,37 @@ class MemoryBook:
         changes = {k: v for k, v in changes.items() if getattr(memory, k) != v}
         if not changes:
             return memory
+        self._hooks.reach("memories.loaded")
         updated = self._store.update_memory(memory, changes=changes, action="update", actor=actor)
-        self._indexer.index_now("fact", [memory_id])
-        return updated
+        return self._indexed(updated)
 
     def review(self, agent: str, memory_id: str, *, approve: bool, actor: str) -> Memory:
         memory = self.get(agent, memory_id)
         status = "approved" if approve else "rejected"
+        self._hooks.reach("memories.loaded")
         updated = self._store.update_memory(
             memory,
             changes={"status": status, "expires_at": None},
             action="approve" if approve else "reject",
             actor=actor,
         )
-        self._indexer.index_now("fact", [memory_id])
+        return self._indexed(updated)
+
+    def _indexed(self, updated: Memory | None) -> Memory:
+        """The stored memory after a change, embedded; NotFound when it vanished meanwhile
+        (deleted, or its person forgotten, after it was read): then nothing was written."""
+        if updated is None:
+            raise NotFound("Memory not found")
+        self._indexer.index_now("fact", [updated.id])
         return updated
 
     def delete(self, agent: str, memory_id: str, actor: str) -> bool:
         found = self._store.memories_by_ids([memory_id]).get(memory_id)
         if found is None or found.agent != agent:
             return False
-        self._store.delete_memories([found], actor=actor)
+        self._hooks.reach("memories.loaded")
+        if not self._store.delete_memories([found], actor=actor):
+            return False  # deleted by someone else meanwhile
         self._indexer.index_now("fact", [memory_id])
         return True
 
@@ -117,11 +135,15 @@ class MemoryBook:
         return [float(x) for x in found[f"fact:{memory_id}"][1]]
 
     def regenerate_embedding(self, agent: str, memory_id: str) -> list[float]:
-        """Embed the memory again now and store the vector; returns it."""
-        memory = self.get(agent, memory_id)
-        space = self._indexer.space
+        """Embed the memory again now and store the vector; returns it. The memory is read
+        again under the indexer's lock, which a forget holds while it erases: a memory deleted
+        or forgotten since the first read is not written back (NotFound)."""
+        self.get(agent, memory_id)
+        self._hooks.reach("memories.before_reembed")
         with self._indexer.lock:
-            vector = space.encoder.encode([memory.content])
+            memory = self.get(agent, memory_id)
+            space = self._indexer.space
+            vector = space.encoder.encode_bulk([memory.content])
             space.index.upsert([fact_row(memory)], vector)
         return [float(x) for x in vector[0]]
 

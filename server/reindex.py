@@ -10,8 +10,11 @@ from tqdm import tqdm
 from embeddings.index import IndexRow, VectorIndex
 from server.app import EncoderFactory
 from server.config import Settings
-from server.indexer import ACTIVE_MODEL, fact_row, summary_row, turn_rows
+from server.hooks import Hooks
+from server.indexer import ACTIVE_MODEL, fact_row, queue_missing, summary_row, turn_rows
 from server.store import Store
+
+KINDS = ("turn", "fact", "summary")
 
 
 @dataclass(frozen=True)
@@ -21,42 +24,75 @@ class ReindexReport:
     items: int
     orphans_removed: int
     seconds: float
+    queued_after: int = 0  # items written meanwhile that the table lacked, left to the indexer
 
 
 def rebuild_index(
-    settings: Settings, model: str, factory: EncoderFactory, *, progress: bool = True
+    settings: Settings,
+    model: str,
+    factory: EncoderFactory,
+    *,
+    progress: bool = True,
+    chunk: int = 2000,
+    hooks: Hooks | None = None,
 ) -> ReindexReport:
     """Re-embed every turn, memory and summary with `model` into its own table, remove rows
-    whose source is gone, then mark the model active: a running server switches to it."""
+    whose source is gone, then mark the model active: a running server switches to it.
+
+    Safe next to a running server: its writes and a forget's purge take the index folder's
+    write lock in turn (each write starts from the latest version, so a purge never pulls
+    files from under it); a row is an orphan only when SQLite no longer has its source, so a
+    turn stored meanwhile is never deleted; what arrived after its chunk was read is queued
+    for the server's indexer; a person forgotten meanwhile is purged again at the end."""
+    hooks = hooks or Hooks()
     started = time.perf_counter()
     store = Store(settings.sqlite_path, busy_timeout_ms=settings.busy_timeout_ms)
     try:
         encoder = factory(model)
         index = VectorIndex(settings.lance_path, encoder.name, encoder.dim)
-        seen: set[str] = set()
+        written = 0
         bar = tqdm(
             total=store.count_sources(), desc=f"reindex {model}", unit="item", disable=not progress
         )
-        for kind in ("turn", "fact", "summary"):
-            for ids in store.iter_sources(kind):
+        for kind in KINDS:
+            for ids in store.iter_sources(kind, chunk):
                 rows = _rows(store, kind, ids, settings.turn_window)
                 index.upsert(rows, encoder.encode([r.text for r in rows]))
-                seen.update(r.id for r in rows)
+                written += len(rows)
                 bar.update(len(ids))
+                hooks.reach("reindex.batch_written")
         bar.close()
-        orphans = [i for i in index.all_ids() if i not in seen]
+        orphans = _orphans(store, index)
         index.delete_ids(orphans)
-        index.optimize()
+        if orphans:
+            index.purge()  # deletions made physical: an orphan may be a forgotten person's
+        else:
+            index.optimize()
+        queued = queue_missing(store, index)
         store.set_meta(ACTIVE_MODEL, model)
         return ReindexReport(
             model=model,
             table=index.name,
-            items=len(seen),
+            items=written,
             orphans_removed=len(orphans),
             seconds=round(time.perf_counter() - started, 2),
+            queued_after=queued,
         )
     finally:
         store.close()
+
+
+def _orphans(store: Store, index: VectorIndex) -> list[str]:
+    """Index rows whose source SQLite no longer holds."""
+    by_kind: dict[str, list[str]] = {kind: [] for kind in KINDS}
+    for row_id in index.all_ids():
+        kind, _, ref = row_id.partition(":")
+        by_kind.setdefault(kind, []).append(ref)
+    orphans: list[str] = []
+    for kind, refs in by_kind.items():
+        alive = store.existing_refs(kind, refs) if kind in KINDS else set()
+        orphans.extend(f"{kind}:{r}" for r in refs if r not in alive)
+    return orphans
 
 
 def _rows(store: Store, kind: str, ids: list[str], window: int) -> list[IndexRow]:

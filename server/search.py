@@ -9,6 +9,7 @@ from typing import Any
 
 from embeddings.index import Hit, quote
 from server.auth import Principal
+from server.hooks import Hooks
 from server.indexer import Indexer
 from server.store import Store
 
@@ -92,9 +93,10 @@ class StaffSearch:
     """Searches the index within the agents a key may read, checks each hit against SQLite,
     and records the search in the audit log."""
 
-    def __init__(self, store: Store, indexer: Indexer) -> None:
+    def __init__(self, store: Store, indexer: Indexer, *, hooks: Hooks | None = None) -> None:
         self._store = store
         self._indexer = indexer
+        self._hooks = hooks or Hooks()
 
     def search(self, principal: Principal, q: StaffQuery) -> StaffPage:
         agents = self._allowed_agents(principal, q.agents)
@@ -108,12 +110,17 @@ class StaffSearch:
         )
         window = self._still_there(hits)[q.offset : q.offset + q.limit + 1]
         found = window[: q.limit]
-        self._store.add_audit(
+        self._hooks.reach("staff.searched")
+        people = sorted({(f.agent, f.phone) for f in found if f.phone})
+        _, kept = self._store.add_audit(
             key_id=principal.key_id,
             query=q.query,
             filters=_filters(q),
-            results=[[a, p] for a, p in sorted({(f.agent, f.phone) for f in found if f.phone})],
+            results=[[a, p] for a, p in people],
         )
+        if len(kept) < len(people):  # forgotten while this search ran: not shown either
+            still = {(a, p) for a, p in kept}
+            found = [f for f in found if f.phone is None or (f.agent, f.phone) in still]
         return StaffPage(
             items=[replace(f, highlights=highlight(f.text, q.query)) for f in found],
             more=len(window) > q.limit,

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -12,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from server.clock import Clock, format_time, utc_now
+
+log = logging.getLogger(__name__)
 
 # Each migration runs in its own transaction together with its record in schema_migrations.
 MIGRATIONS: list[str] = [
@@ -118,6 +122,82 @@ MIGRATIONS: list[str] = [
         results TEXT NOT NULL
     );
     CREATE INDEX audit_at ON audit (id);
+    """,
+    # Ids are never reused (AUTOINCREMENT): without it SQLite hands out the highest deleted id
+    # again, so after a forget a new turn could take a forgotten person's message id, and the
+    # indexer acknowledging a batch by outbox id deleted the new rows' entries. SQLite cannot
+    # add AUTOINCREMENT to a table: each is rebuilt, ids kept, and the sequence starts above
+    # the highest id in use.
+    """
+    CREATE TABLE messages_v4 (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        agent TEXT NOT NULL,
+        phone TEXT NOT NULL,
+        event_id TEXT,
+        number TEXT,
+        role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+        content TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        stored_at TEXT NOT NULL,
+        archived INTEGER NOT NULL DEFAULT 0
+    );
+    INSERT INTO messages_v4 (id, agent, phone, event_id, number, role, content, created_at,
+        stored_at, archived)
+        SELECT id, agent, phone, event_id, number, role, content, created_at, stored_at, archived
+        FROM messages;
+    DROP TABLE messages;
+    ALTER TABLE messages_v4 RENAME TO messages;
+    CREATE UNIQUE INDEX messages_event ON messages (agent, event_id) WHERE event_id IS NOT NULL;
+    CREATE INDEX messages_person ON messages (agent, phone, id);
+    CREATE INDEX messages_window ON messages (agent, phone, archived, id);
+
+    CREATE TABLE memory_history_v4 (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        memory_id TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        phone TEXT,
+        action TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        old_content TEXT,
+        new_content TEXT,
+        at TEXT NOT NULL
+    );
+    INSERT INTO memory_history_v4 (id, memory_id, agent, phone, action, actor, old_content,
+        new_content, at)
+        SELECT id, memory_id, agent, phone, action, actor, old_content, new_content, at
+        FROM memory_history;
+    DROP TABLE memory_history;
+    ALTER TABLE memory_history_v4 RENAME TO memory_history;
+    CREATE INDEX memory_history_memory ON memory_history (memory_id, id);
+    CREATE INDEX memory_history_person ON memory_history (agent, phone);
+
+    CREATE TABLE outbox_v4 (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind TEXT NOT NULL,
+        ref_id TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        phone TEXT,
+        enqueued_at TEXT NOT NULL
+    );
+    INSERT INTO outbox_v4 (id, kind, ref_id, agent, phone, enqueued_at)
+        SELECT id, kind, ref_id, agent, phone, enqueued_at FROM outbox;
+    DROP TABLE outbox;
+    ALTER TABLE outbox_v4 RENAME TO outbox;
+    CREATE INDEX outbox_person ON outbox (agent, phone);
+
+    CREATE TABLE audit_v4 (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        at TEXT NOT NULL,
+        key_id TEXT NOT NULL,
+        query TEXT NOT NULL,
+        filters TEXT NOT NULL,
+        result_count INTEGER NOT NULL,
+        results TEXT NOT NULL
+    );
+    INSERT INTO audit_v4 (id, at, key_id, query, filters, result_count, results)
+        SELECT id, at, key_id, query, filters, result_count, results FROM audit;
+    DROP TABLE audit;
+    ALTER TABLE audit_v4 RENAME TO audit;
     """,
 ]
 
@@ -329,6 +409,11 @@ class Store:
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
+        self._checkpointer: sqlite3.Connection | None = None
+        self._checkpoint_lock = threading.Lock()
+        self._checkpoint_owed = threading.Event()
+        self._checkpoint_thread: threading.Thread | None = None
+        self._closing = threading.Event()
         self._writer = self._connect()
         self._writer.execute("PRAGMA journal_mode = WAL")
         self._migrate()
@@ -372,6 +457,14 @@ class Store:
             conn.execute("COMMIT")
 
     def close(self) -> None:
+        self._closing.set()
+        thread = self._checkpoint_thread
+        if thread is not None:
+            thread.join(timeout=5)
+        with self._checkpoint_lock:
+            if self._checkpointer is not None:
+                self._checkpointer.close()
+                self._checkpointer = None
         with self._readers_lock:
             for conn in self._readers:
                 conn.close()
@@ -586,8 +679,10 @@ class Store:
 
     def update_memory(
         self, memory: Memory, *, changes: dict[str, Any], action: str, actor: str
-    ) -> Memory:
-        """Apply changes to a memory, record the history entry, queue it for the indexer."""
+    ) -> Memory | None:
+        """Apply changes to a memory, record the history entry, queue it for the indexer.
+        None, with nothing written, when the memory is gone (deleted or its person forgotten
+        since the caller read it): no history entry may outlive it."""
         allowed = {"content", "metadata", "type", "status", "expires_at"}
         if not set(changes) <= allowed:
             raise ValueError(f"cannot change {set(changes) - allowed}")
@@ -596,9 +691,11 @@ class Store:
         values["updated_at"] = now
         assignments = ", ".join(f"{k} = ?" for k in values)
         with self._transaction() as conn:
-            conn.execute(
+            cur = conn.execute(
                 f"UPDATE memories SET {assignments} WHERE id = ?", (*values.values(), memory.id)
             )
+            if cur.rowcount == 0:
+                return None
             _history(
                 conn,
                 memory,
@@ -615,14 +712,19 @@ class Store:
         return _memory(row)
 
     def delete_memories(self, memories: Sequence[Memory], *, actor: str) -> int:
-        """Delete memories, recording who did it; the indexer removes their vectors."""
+        """Delete memories, recording who did it; the indexer removes their vectors. Memories
+        already gone (deleted, or their person forgotten) are skipped and leave no history.
+        Returns how many were deleted."""
         now = self._now()
+        deleted = 0
         with self._transaction() as conn:
             for memory in memories:
-                conn.execute("DELETE FROM memories WHERE id = ?", (memory.id,))
+                if not conn.execute("DELETE FROM memories WHERE id = ?", (memory.id,)).rowcount:
+                    continue
+                deleted += 1
                 _history(conn, memory, "delete", actor, memory.content, None, now)
                 _enqueue(conn, "fact", memory.id, memory.agent, memory.phone, now)
-        return len(memories)
+        return deleted
 
     def memory_history(self, memory_ids: Sequence[str]) -> list[HistoryEntry]:
         if not memory_ids:
@@ -666,15 +768,61 @@ class Store:
             messages=messages, memories=memories, summaries=summaries, history=history
         )
 
-    def checkpoint(self) -> bool:
-        """Copy the WAL into the database and truncate it. True when the WAL is empty."""
-        with self._write_lock:
-            for _ in range(50):
-                busy, _, _ = self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-                if not busy:
-                    return True
-                threading.Event().wait(0.02)
+    def checkpoint(self, *, wait_s: float = 1.0) -> bool:
+        """Copy the WAL into the database file and truncate it, so no old page image keeps
+        deleted text. True when the WAL is empty now.
+
+        A truncating checkpoint must wait for every reader on an older snapshot (a sqlite3
+        shell, a backup, a reindex in another process), and while it waits SQLite holds off
+        every writer. So it never waits: each try runs on its own connection with no busy
+        timeout, outside the write lock, and gives up at once when blocked; tries repeat for
+        `wait_s`, then a background thread keeps trying until one succeeds."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            if self._try_checkpoint():
+                return True
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.02)
+        self._checkpoint_later()
         return False
+
+    @property
+    def checkpoint_pending(self) -> bool:
+        """A truncating checkpoint is still owed (a reader has held it off)."""
+        return self._checkpoint_owed.is_set()
+
+    def _try_checkpoint(self) -> bool:
+        with self._checkpoint_lock:
+            if self._checkpointer is None:
+                self._checkpointer = self._connect()
+                self._checkpointer.execute("PRAGMA busy_timeout = 0")
+            try:
+                busy, _, _ = self._checkpointer.execute(
+                    "PRAGMA wal_checkpoint(TRUNCATE)"
+                ).fetchone()
+            except sqlite3.OperationalError:  # locked by a writer: try again later
+                return False
+        if not busy:
+            self._checkpoint_owed.clear()
+        return not busy
+
+    def _checkpoint_later(self) -> None:
+        log.warning("WAL checkpoint held off by a reader; retrying in the background")
+        self._checkpoint_owed.set()
+        with self._checkpoint_lock:
+            if self._checkpoint_thread is not None and self._checkpoint_thread.is_alive():
+                return
+            self._checkpoint_thread = threading.Thread(
+                target=self._checkpoint_loop, name="wal-checkpoint", daemon=True
+            )
+            self._checkpoint_thread.start()
+
+    def _checkpoint_loop(self) -> None:
+        while self._checkpoint_owed.is_set() and not self._closing.wait(0.25):
+            if self._try_checkpoint():
+                log.info("WAL checkpoint done")
+                return
 
     # -- keys --------------------------------------------------------------------------------
 
@@ -762,19 +910,27 @@ class Store:
         new_facts: Sequence[Memory],
         seen_again: Sequence[str],
         actor: str,
-    ) -> list[int]:
+        from_turns: Sequence[int],
+    ) -> list[int] | None:
         """All effects of one compaction in one transaction: the summary, the new facts (with
-        history and outbox rows), the facts seen again, and the archived turns."""
+        history and outbox rows), the facts seen again, and the archived turns. The model ran
+        before, outside any lock: if the turns it read (`from_turns`) are no longer all there
+        and waiting (the person was forgotten meanwhile), nothing is written and None is
+        returned, so nothing made from deleted turns can bring the person back."""
         now = self._now()
         with self._transaction() as conn:
+            if _count_waiting(conn, agent, phone, from_turns) != len(set(from_turns)):
+                return None
             _put_summary(conn, agent, phone, summary, through_id, now)
             for memory in new_facts:
                 _insert_memory(conn, memory, actor)
             for memory_id in seen_again:
-                conn.execute(
-                    "UPDATE memories SET seen_count = seen_count + 1, updated_at = ? WHERE id = ?",
-                    (now, memory_id),
-                )
+                if not conn.execute(
+                    "UPDATE memories SET seen_count = seen_count + 1, updated_at = ?"
+                    " WHERE id = ? AND agent = ? AND phone = ?",
+                    (now, memory_id, agent, phone),
+                ).rowcount:
+                    continue  # deleted since the duplicate check: no history for it
                 conn.execute(
                     "INSERT INTO memory_history (memory_id, agent, phone, action, actor,"
                     " old_content, new_content, at) VALUES (?, ?, ?, 'seen_again', ?, NULL,"
@@ -855,9 +1011,17 @@ class Store:
 
     def add_audit(
         self, *, key_id: str, query: str, filters: dict[str, Any], results: list[list[str]]
-    ) -> int:
-        """Record a staff search; results are the [agent, phone] pairs it returned."""
+    ) -> tuple[int, list[list[str]]]:
+        """Record a staff search; results are the [agent, phone] pairs it returned. A person
+        forgotten while the search ran (after its reads, before this write) is left out, and
+        the query text then goes too, as a forget does to the entries it finds. Returns the
+        entry's id and the people kept: the caller must not show the others."""
         with self._transaction() as conn:
+            kept = [pair for pair in results if _person_exists(conn, pair[0], pair[1])]
+            if len(kept) < len(results):
+                query = FORGOTTEN
+                filters = {**filters, "phone": FORGOTTEN} if filters.get("phone") else filters
+            results = kept
             cur = conn.execute(
                 "INSERT INTO audit (at, key_id, query, filters, result_count, results)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
@@ -870,7 +1034,7 @@ class Store:
                     json.dumps(results),
                 ),
             )
-            return int(cur.lastrowid or 0)
+            return int(cur.lastrowid or 0), kept
 
     def audit_entries(self, *, limit: int, before_id: int | None) -> list[AuditEntry]:
         rows = self._reader().execute(
@@ -920,6 +1084,43 @@ class Store:
         with self._transaction() as conn:
             conn.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
 
+    def existing_refs(self, kind: str, refs: Sequence[str]) -> set[str]:
+        """Which of these ref_ids of a kind still have their source row (a reindex's orphan
+        check: a row is an orphan when SQLite no longer has it, not when a scan missed it)."""
+        source = _SOURCES[kind]
+        found: set[str] = set()
+        for chunk in _chunks(_keys_of(source, refs)):
+            marks = ",".join("?" * len(chunk))
+            rows = self._reader().execute(
+                f"SELECT {source.ref} FROM {source.table} WHERE {source.key} IN ({marks})",
+                tuple(chunk),
+            )
+            found.update(str(r[0]) for r in rows)
+        return found
+
+    def queued_refs(self, kind: str) -> set[str]:
+        """ref_ids of a kind waiting in the outbox."""
+        rows = self._reader().execute("SELECT ref_id FROM outbox WHERE kind = ?", (kind,))
+        return {str(r[0]) for r in rows}
+
+    def enqueue_refs(self, kind: str, refs: Sequence[str]) -> int:
+        """Queue these items of a kind for the indexer (those whose source still exists)."""
+        source = _SOURCES[kind]
+        queued = 0
+        now = self._now()
+        with self._transaction() as conn:
+            for chunk in _chunks(_keys_of(source, refs)):
+                marks = ",".join("?" * len(chunk))
+                queued += int(
+                    conn.execute(
+                        "INSERT INTO outbox (kind, ref_id, agent, phone, enqueued_at)"
+                        f" SELECT ?, {source.ref}, agent, phone, ? FROM {source.table}"
+                        f" WHERE {source.key} IN ({marks})",
+                        (kind, now, *chunk),
+                    ).rowcount
+                )
+        return queued
+
     def enqueue_everything(self) -> int:
         """Queue every turn, memory and summary for the indexer (a rebuild for a new model)."""
         with self._transaction() as conn:
@@ -945,13 +1146,23 @@ class _Source:
     table: str
     ref: str  # the SQL of an item's ref_id: the index row is "<kind>:<ref_id>"
     order: str  # the table's own key, for reading every item in order
+    key: str  # the column to look ref_ids up by (through its index where there is one)
+    numeric: bool = False  # ref_ids are the text of integer keys
 
 
 _SOURCES = {
-    "turn": _Source("messages", "CAST(id AS TEXT)", "id"),
-    "fact": _Source("memories", "id", "id"),
-    "summary": _Source("summaries", "agent || '|' || phone", "agent, phone"),
+    "turn": _Source("messages", "CAST(id AS TEXT)", "id", "id", numeric=True),
+    "fact": _Source("memories", "id", "id", "id"),
+    "summary": _Source(
+        "summaries", "agent || '|' || phone", "agent, phone", "agent || '|' || phone"
+    ),
 }
+
+
+def _keys_of(source: _Source, refs: Sequence[str]) -> list[Any]:
+    if not source.numeric:
+        return list(refs)
+    return [int(r) for r in refs if r.isdigit()]
 
 
 def _enqueue_all(conn: sqlite3.Connection, kind: str, now: str) -> int:
@@ -1016,6 +1227,32 @@ def _redact_audit(conn: sqlite3.Connection, agent: str, phone: str) -> None:
                 row["id"],
             ),
         )
+
+
+def _count_waiting(conn: sqlite3.Connection, agent: str, phone: str, ids: Sequence[int]) -> int:
+    """How many of these turn ids are the person's and still waiting (not archived)."""
+    total = 0
+    for chunk in _chunks(sorted(set(ids))):
+        marks = ",".join("?" * len(chunk))
+        total += int(
+            conn.execute(
+                f"SELECT COUNT(*) FROM messages WHERE id IN ({marks}) AND agent = ?"
+                " AND phone = ? AND archived = 0",
+                (*chunk, agent, phone),
+            ).fetchone()[0]
+        )
+    return total
+
+
+def _person_exists(conn: sqlite3.Connection, agent: str, phone: str) -> bool:
+    """Whether anything of the person is stored for the agent."""
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM messages WHERE agent = ?1 AND phone = ?2)"
+        " OR EXISTS (SELECT 1 FROM memories WHERE agent = ?1 AND phone = ?2)"
+        " OR EXISTS (SELECT 1 FROM summaries WHERE agent = ?1 AND phone = ?2)",
+        (agent, phone),
+    ).fetchone()
+    return bool(row[0])
 
 
 def _archive(

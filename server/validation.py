@@ -10,11 +10,11 @@ from server.auth import AGENT_PATTERN
 from server.clock import normalise_time
 from server.errors import InvalidInput
 
-PHONE_PATTERN = re.compile(r"^\+[0-9]{8,15}$")
+PHONE_PATTERN = re.compile(r"\+[0-9]{8,15}")  # used with fullmatch, never match
 
 
 def agent_name(value: str) -> str:
-    if not AGENT_PATTERN.match(value):
+    if not AGENT_PATTERN.fullmatch(value):
         raise InvalidInput(
             "agent must be 1-64 characters of a-z, 0-9, '_' and '-'", "invalid_agent"
         )
@@ -24,7 +24,7 @@ def agent_name(value: str) -> str:
 def phone_number(value: str, *, code: str = "invalid_phone") -> str:
     """E.164: '+' then 8-15 digits. Accepts it URL-encoded (%2B...) too."""
     candidate = unquote(value) if "%" in value else value
-    if not PHONE_PATTERN.match(candidate):
+    if not PHONE_PATTERN.fullmatch(candidate):
         raise InvalidInput("phone must be E.164: '+' then 8 to 15 digits", code)
     return candidate
 

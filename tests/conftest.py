@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from server.app import create_app
 from server.config import Settings
 from server.deps import Services
+from server.hooks import Hooks
 from tests.fakes import fake_factory
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -131,10 +132,14 @@ def clock() -> FakeClock:
 def api_factory(tmp_path: Path, clock: FakeClock) -> Iterator[Callable[..., Api]]:
     clients: list[TestClient] = []
 
-    def build(*, run_workers: bool = False, **overrides: Any) -> Api:
+    def build(*, run_workers: bool = False, hooks: Hooks | None = None, **overrides: Any) -> Api:
         settings = make_settings(tmp_path / f"data{len(clients)}", **overrides)
         app = create_app(
-            settings, clock=clock, encoder_factory=fake_factory, run_workers=run_workers
+            settings,
+            clock=clock,
+            encoder_factory=fake_factory,
+            run_workers=run_workers,
+            hooks=hooks,
         )
         client = TestClient(app)
         client.__enter__()
