@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from embeddings.encoder import CachedEncoder, Vectors
-from embeddings.index import Hit, IndexRow, VectorIndex, purge_person_from_table, table_names
+from embeddings.index import (
+    FolderWriteLock,
+    Hit,
+    IndexRow,
+    VectorIndex,
+    purge_person_from_table,
+    table_names,
+)
 from server.hooks import Hooks
 from server.store import Memory, Message, OutboxItem, Store, Summary
 
@@ -135,6 +142,26 @@ def summary_row(agent: str, phone: str, summary: Summary) -> IndexRow:
     )
 
 
+class IndexerLock:
+    """The indexer's lock within the process, then the index folder's write lock."""
+
+    def __init__(self, folder: FolderWriteLock) -> None:
+        self._local = threading.RLock()
+        self._folder = folder
+
+    def __enter__(self) -> None:
+        self._local.acquire()
+        try:
+            self._folder.__enter__()
+        except BaseException:
+            self._local.release()
+            raise
+
+    def __exit__(self, *_: object) -> None:
+        self._folder.__exit__()
+        self._local.release()
+
+
 def queue_missing(store: Store, index: VectorIndex) -> int:
     """Queue every turn, memory and summary that SQLite holds and the index lacks, so a table
     that missed writes (a reindex racing new turns, a model switch under traffic) catches up
@@ -185,7 +212,10 @@ class Indexer:
         self._before_ack = before_ack
         self._switch_to = switch_to
         self._window = turn_window
-        self.lock = threading.RLock()  # one batch, purge or switch at a time
+        # One batch, purge or switch at a time, in this process and across processes on the
+        # same index folder (a CLI forget or reindex): reading SQLite's state and writing it to
+        # LanceDB happen under it together, so a forget elsewhere never falls in between.
+        self.lock = IndexerLock(FolderWriteLock.of(space.index.path))
         self.stats = IndexerStats()
         self._stop = threading.Event()
         self._wake = threading.Event()

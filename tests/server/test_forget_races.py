@@ -366,3 +366,72 @@ def test_a_staff_search_in_flight_during_a_forget_neither_shows_nor_audits_the_p
     entry = api.client.get("/v1/audit", headers=admin()).json()["items"][0]
     assert PHONE not in json.dumps(entry) and entry["query"] == "[forgotten]"
     assert_person_gone(api)
+
+
+# -- a forget from the command line next to a running server ----------------------------------
+
+
+@pytest.mark.slow
+def test_a_cli_forget_next_to_a_running_server_is_total_and_the_server_keeps_working(
+    tmp_path: Path,
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    import httpx
+
+    from tests.live import ROOT, Server
+
+    server = Server(tmp_path / "data")
+    server.start(stderr=tmp_path / "server.log")
+    try:
+        base = f"{server.base}/v1/agents/{AGENT}/people"
+        with httpx.Client(headers=admin(), timeout=10) as http:
+            for i in range(30):
+                for phone in (PHONE, OTHER):
+                    body = {"role": "user", "content": f"{CANARY} {phone} turn {i}"}
+                    assert http.post(f"{base}/{phone}/messages", json=body).status_code == 201
+            assert http.post(f"{base}/{PHONE}/compact").status_code == 200
+            server.wait_indexed()
+            assert http.get(f"{base}/{PHONE}/context", params={"query": CANARY}).status_code == 200
+
+            env = {
+                **os.environ,
+                "MEMORY_DATA_DIR": str(server.data_dir),
+                "MEMORY_EMBEDDING_MODEL": "hash:64",
+                "MEMORY_LOG_LEVEL": "warning",
+            }
+            done = subprocess.run(
+                [sys.executable, "-m", "server", "forget", "--agent", AGENT, "--phone", PHONE],
+                env=env,
+                cwd=ROOT,
+                capture_output=True,
+                timeout=120,
+            )
+            assert done.returncode == 0, done.stderr.decode()
+            assert json.loads(done.stdout)["deleted"]["messages"] == 30
+
+            # The server keeps answering, and answers without the person.
+            for i in range(5):
+                body = {"role": "user", "content": f"after the forget {i}"}
+                assert http.post(f"{base}/{OTHER}/messages", json=body).status_code == 201
+            server.wait_indexed(30)
+            for mode in ("semantic", "keyword", "hybrid"):
+                found = http.post(f"{server.base}/v1/search", json={"query": CANARY, "mode": mode})
+                assert found.status_code == 200, found.text
+                assert {i["phone"] for i in found.json()["items"]} <= {OTHER}, mode
+                context = http.get(
+                    f"{base}/{OTHER}/context", params={"query": CANARY, "excerpt_mode": mode}
+                )
+                assert context.status_code == 200, context.text
+            export = http.get(f"{base}/{PHONE}/export").json()
+            assert export["messages"] == [] and export["memories"] == []
+            assert http.get(f"{server.base}/health").json()["status"] == "ok"
+    finally:
+        server.stop()
+    log = (tmp_path / "server.log").read_text()
+    assert "Traceback" not in log and "failed" not in log, log[-3000:]
+    assert PHONE not in lance_texts(tmp_path / "data" / "lance")
+    for path in (tmp_path / "data").glob("memory.db*"):
+        assert f"{CANARY} {PHONE}".encode() not in path.read_bytes(), path
