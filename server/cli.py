@@ -32,6 +32,7 @@ def _serve(rt: Runtime, _: argparse.Namespace) -> int:
     import uvicorn
 
     from server.app import create_app
+    from server.http import with_header_timeout
 
     settings = rt.settings
     _raise_open_files_limit()
@@ -45,6 +46,8 @@ def _serve(rt: Runtime, _: argparse.Namespace) -> int:
         # The app answers 503 in the JSON shape beyond max_connections requests at once; this
         # is uvicorn's own backstop (plain-text 503), which also counts idle connections.
         limit_concurrency=2 * settings.max_connections,
+        # A first request whose headers have not arrived in time closes its connection.
+        http=with_header_timeout(settings.body_timeout_s),
         # One process: the SQLite writer, the encoder and the indexer live in it.
         workers=1,
     )

@@ -236,3 +236,25 @@ def test_repeated_log_lines_are_rate_limited() -> None:
     finally:
         logger.removeHandler(handler)
         logger.propagate = True
+
+
+def test_a_connection_trickling_its_headers_is_closed_after_the_timeout(server: Server) -> None:
+    before = _open_fds(server)
+    socks = []
+    for _ in range(50):
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        sock.sendall(f"POST {URL} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode())  # never ends
+        socks.append(sock)
+    started = time.monotonic()
+    for sock in socks[:5]:
+        sock.sendall(b"X-Slow: 1\r\n")  # a byte now and then does not keep it open
+    for sock in socks:
+        sock.settimeout(5)
+        assert sock.recv(1024) == b"", "the server closed the connection"
+        sock.close()
+    assert time.monotonic() - started < 4
+    deadline = time.monotonic() + 5
+    while _open_fds(server) > before + 2:
+        assert time.monotonic() < deadline, "file descriptors were not released"
+        time.sleep(0.1)
+    assert httpx.get(f"{server.base}/health", timeout=5).status_code == 200
