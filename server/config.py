@@ -30,7 +30,10 @@ class Settings(BaseSettings):
 
     max_body_bytes: int = Field(1_048_576, ge=1024, description="Largest request body; 413 beyond.")
     body_timeout_s: float = Field(
-        10.0, gt=0, description="Seconds a request body may take to arrive in full; 408 beyond."
+        10.0,
+        gt=0,
+        description="Seconds a request body may take to arrive in full (408 beyond), and a new"
+        " connection's first headers (closed beyond).",
     )
     max_connections: int = Field(
         1000,
