@@ -277,6 +277,11 @@ class Health(BaseModel):
     index_lag: int
     model: str
     version: str
+    erasure_pending: bool = Field(
+        False,
+        description="A forget's WAL checkpoint is held off by a reader (a backup, a sqlite3"
+        " shell) and is being retried: old page images may still hold forgotten text.",
+    )
 
 
 # -- agent settings and compaction ----------------------------------------------------------

@@ -20,6 +20,7 @@ def health(services: ServicesDep) -> Health:
         index_lag=services.store.outbox_size(),
         model=services.indexer.space.encoder.name,
         version=__version__,
+        erasure_pending=services.store.checkpoint_pending,
     )
 
 

@@ -332,6 +332,7 @@ def test_a_forget_never_stalls_writes_behind_an_outside_reader(api: Api) -> None
     assert api.post_turn("someone else", phone=OTHER).status_code == 201
     assert time.perf_counter() - started < 1.0, "another person's turn waited"
     assert api.services.store.checkpoint_pending
+    assert api.client.get("/health").json()["erasure_pending"] is True
 
     reader.rollback()
     reader.close()
@@ -339,6 +340,7 @@ def test_a_forget_never_stalls_writes_behind_an_outside_reader(api: Api) -> None
     while api.services.store.checkpoint_pending:
         assert time.monotonic() < deadline, "the WAL was never checkpointed"
         time.sleep(0.05)
+    assert api.client.get("/health").json()["erasure_pending"] is False
     data = api.services.settings.data_dir
     for path in data.glob("memory.db*"):
         assert CANARY.encode() not in path.read_bytes(), path
