@@ -14,6 +14,7 @@ def test_health(api: Api) -> None:
         "index_lag": 0,
         "model": "fake-hash",
         "version": __version__,
+        "erasure_pending": False,
     }
 
 
