@@ -291,7 +291,7 @@ class VectorIndex:
     # -- reading -----------------------------------------------------------------------------
 
     def count(self, where: str | None = None) -> int:
-        return int(self._table.count_rows(where))
+        return int(self._read(lambda: self._table.count_rows(where)))
 
     def _read(self, run: Callable[[], T]) -> T:
         """Run a read; if it fails, read once more from the latest version. Another process
