@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,6 +23,14 @@ from embeddings.encoder import Vectors, model_slug
 
 T = TypeVar("T")
 RRF_K = 60  # the usual constant of reciprocal-rank fusion
+
+# LanceDB caches what it opened (manifests, fragment and deletion metadata, index pages) by
+# file, and every write makes new files: with its default bounds (6 GB of index pages, 1 GB of
+# metadata) the entries of superseded versions were only ever evicted past a gigabyte, so the
+# server's memory grew with every write. A 100k-row table's working set is about 35 MB (see
+# benchmarks/README.md, the memory-write soak).
+INDEX_CACHE_BYTES = 128 * 2**20
+METADATA_CACHE_BYTES = 32 * 2**20
 
 # Filters run inside LanceDB on scalar indexes (exact vector search over the rows that pass).
 _INDEXES: dict[str, Callable[[], Any]] = {
@@ -95,6 +104,10 @@ class SharedLock:
                 self._cond.notify_all()
 
 
+class IndexBusy(TimeoutError):
+    """The index folder's write lock could not be had in time (another process holds it)."""
+
+
 class FolderWriteLock:
     """One LanceDB writer at a time per index folder, across threads and processes (a
     `memory-server reindex` or `forget` next to a running server): a purge deletes old
@@ -103,6 +116,8 @@ class FolderWriteLock:
 
     _registry: ClassVar[dict[str, FolderWriteLock]] = {}
     _registry_guard: ClassVar[threading.Lock] = threading.Lock()
+
+    timeout_s = 30.0  # then IndexBusy: the caller answers 503 rather than hang
 
     def __init__(self, folder: Path) -> None:
         self._path = folder / ".write.lock"
@@ -120,11 +135,13 @@ class FolderWriteLock:
             return cls._registry[key]
 
     def __enter__(self) -> None:
-        self._lock.acquire()
+        deadline = time.monotonic() + self.timeout_s
+        if not self._lock.acquire(timeout=self.timeout_s):
+            raise IndexBusy(f"the index folder is busy in this process for {self.timeout_s:g} s")
         if self._depth == 0:
             try:
                 self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
-                fcntl.flock(self._fd, fcntl.LOCK_EX)
+                self._flock(self._fd, deadline)
             except BaseException:
                 if self._fd is not None:
                     os.close(self._fd)
@@ -132,6 +149,19 @@ class FolderWriteLock:
                 self._lock.release()
                 raise
         self._depth += 1
+
+    def _flock(self, fd: int, deadline: float) -> None:
+        """The cross-process lock, polled: a hung process holding it must not hang us."""
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise IndexBusy(
+                        f"another process has held {self._path} for {self.timeout_s:g} s"
+                    ) from None
+                time.sleep(0.01)
 
     def __exit__(self, *_: object) -> None:
         self._depth -= 1
@@ -163,7 +193,14 @@ class VectorIndex:
         self.model = model
         self.dim = dim
         self.name = table_name(model, dim)
-        self._db = lancedb.connect(str(path))
+        session = lancedb.Session(
+            index_cache_size_bytes=INDEX_CACHE_BYTES, metadata_cache_size_bytes=METADATA_CACHE_BYTES
+        )
+        # Readers look for a newer version at most a second after another process wrote one
+        # (a CLI reindex or forget); this process's own writes are seen at once.
+        self._db = lancedb.connect(
+            str(path), session=session, read_consistency_interval=timedelta(seconds=1)
+        )
         self._folder_lock = FolderWriteLock.of(path)
         self._files = SharedLock()  # readers versus whoever deletes old files
         self._schema = pa.schema(
@@ -191,7 +228,8 @@ class VectorIndex:
         )
         self.created = self.name not in existing
         if self.created:
-            self._table = self._db.create_table(self.name, schema=self._schema)
+            with self._folder_lock:  # a reindex may be creating the same table
+                self._table = self._db.create_table(self.name, schema=self._schema, exist_ok=True)
         else:
             self._table = self._db.open_table(self.name)
         self._indexed = self._has_indexes()

@@ -234,8 +234,16 @@ class BodyLimit:
         if length is not None and length > self.max_bytes:
             await _refuse(send, self.max_bytes, close=True)
             return
+        announced = bool(length) or b"transfer-encoding" in headers
         needs_key = scope.get("method") in _BODY_METHODS
-        if needs_key and (length or b"transfer-encoding" in headers):
+        if announced and not needs_key:
+            # No GET or DELETE of this API takes a body: refused unread, so nobody can make
+            # the server buffer one without a key.
+            method = scope.get("method")
+            message = f"{method} takes no request body"
+            await _send_error(send, 400, "unexpected_body", message, close=True)
+            return
+        if needs_key and announced:
             needs_key = False
             # The key first: without one the answer is 401 whatever the body holds, as for
             # every other request, and a keyless client cannot make the server wait or buffer.

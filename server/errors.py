@@ -12,6 +12,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from embeddings.index import IndexBusy
+
 log = logging.getLogger(__name__)
 
 
@@ -139,6 +141,10 @@ def install_error_handlers(app: FastAPI) -> None:
         codes = {400: "invalid_body", 404: "not_found", 405: "method_not_allowed"}
         code = codes.get(exc.status_code, "http_error")
         return error_response(exc.status_code, code, str(exc.detail))
+
+    @app.exception_handler(IndexBusy)
+    async def _index_busy(_: Request, exc: IndexBusy) -> JSONResponse:
+        return error_response(503, "index_busy", f"{exc}; retry shortly")
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

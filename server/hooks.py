@@ -10,7 +10,8 @@ from collections.abc import Callable
 class Hooks:
     """`reach(name)` runs what a test registered for that point with `on(name, fn)`, else
     nothing. The points in the code: compaction.model_answered, memories.loaded,
-    memories.before_reembed, indexer.embedded, reindex.batch_written, staff.searched."""
+    memories.before_reembed, indexer.embedded, reindex.embedded, reindex.batch_written,
+    staff.searched."""
 
     def __init__(self) -> None:
         self._at: dict[str, Callable[[], None]] = {}

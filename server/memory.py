@@ -329,6 +329,9 @@ class MemoryService:
             vectors = self._indexer.forget(
                 agent, phone, lambda: erased.append(self._store.forget_person(agent, phone))
             )
+        # Outside every lock: the checkpoint may be held off by an outside reader, and nobody
+        # else's turn or memory write may wait for that.
+        self._store.checkpoint()
         log.info("forgot a person of agent %s: %d vectors", agent, vectors)
         return Forgotten(
             messages=erased[0].messages,

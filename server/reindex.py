@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import numpy as np
 from tqdm import tqdm
 
-from embeddings.index import IndexRow, VectorIndex
+from embeddings.index import FolderWriteLock, IndexRow, VectorIndex
 from server.app import EncoderFactory
 from server.config import Settings
 from server.hooks import Hooks
@@ -56,8 +57,19 @@ def rebuild_index(
         )
         for kind in KINDS:
             for ids in store.iter_sources(kind, chunk):
-                rows = _rows(store, kind, ids, settings.turn_window)
-                index.upsert(rows, encoder.encode([r.text for r in rows]))
+                texts = sorted({r.text for r in _rows(store, kind, ids, settings.turn_window)})
+                vectors = dict(zip(texts, encoder.encode(texts), strict=True))
+                hooks.reach("reindex.embedded")
+                # Written from SQLite's state under the folder's write lock, which the server's
+                # indexer and a forget hold while they read and write: an edit or a forget
+                # since the read above is seen here, never overwritten with the old text.
+                with FolderWriteLock.of(settings.lance_path):
+                    rows = _rows(store, kind, ids, settings.turn_window)
+                    changed = sorted({r.text for r in rows} - set(vectors))
+                    if changed:
+                        vectors.update(zip(changed, encoder.encode(changed), strict=True))
+                    if rows:
+                        index.upsert(rows, np.stack([vectors[r.text] for r in rows]))
                 written += len(rows)
                 bar.update(len(ids))
                 hooks.reach("reindex.batch_written")

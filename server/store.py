@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sqlite3
 import threading
 import time
@@ -150,6 +151,15 @@ MIGRATIONS: list[str] = [
     CREATE UNIQUE INDEX messages_event ON messages (agent, event_id) WHERE event_id IS NOT NULL;
     CREATE INDEX messages_person ON messages (agent, phone, id);
     CREATE INDEX messages_window ON messages (agent, phone, archived, id);
+    -- Whether a phone is known to any agent (the audit of a staff search by phone).
+    CREATE INDEX messages_phone ON messages (phone);
+    -- Above any turn id still referenced, not only the highest one stored.
+    INSERT INTO sqlite_sequence (name, seq) SELECT 'messages', 0
+        WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'messages');
+    UPDATE sqlite_sequence SET seq = MAX(seq,
+        COALESCE((SELECT MAX(CAST(ref_id AS INTEGER)) FROM outbox WHERE kind = 'turn'), 0),
+        COALESCE((SELECT MAX(through_id) FROM summaries), 0))
+        WHERE name = 'messages';
 
     CREATE TABLE memory_history_v4 (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -417,6 +427,10 @@ class Store:
         self._writer = self._connect()
         self._writer.execute("PRAGMA journal_mode = WAL")
         self._migrate()
+        wal = path.with_name(path.name + "-wal")
+        # A forget's checkpoint may have been held off when the last process stopped.
+        if wal.exists() and wal.stat().st_size and not self._try_checkpoint():
+            self._checkpoint_later(quiet=True)
 
     # -- connections -------------------------------------------------------------------------
 
@@ -752,8 +766,8 @@ class Store:
     # -- erasure -----------------------------------------------------------------------------
 
     def forget_person(self, agent: str, phone: str) -> PersonErasure:
-        """Delete every row of the person in one transaction, then truncate the WAL so no
-        old page image keeps their text."""
+        """Delete every row of the person in one transaction. The caller then calls
+        checkpoint(), outside any lock of its own, so no old page image keeps their text."""
         with self._transaction() as conn:
             where = "agent = ? AND phone = ?"
             args = (agent, phone)
@@ -763,7 +777,6 @@ class Store:
             history = conn.execute(f"DELETE FROM memory_history WHERE {where}", args).rowcount
             conn.execute(f"DELETE FROM outbox WHERE {where}", args)
             _redact_audit(conn, agent, phone)
-        self.checkpoint()
         return PersonErasure(
             messages=messages, memories=memories, summaries=summaries, history=history
         )
@@ -794,6 +807,8 @@ class Store:
 
     def _try_checkpoint(self) -> bool:
         with self._checkpoint_lock:
+            if self._closing.is_set():
+                return False
             if self._checkpointer is None:
                 self._checkpointer = self._connect()
                 self._checkpointer.execute("PRAGMA busy_timeout = 0")
@@ -807,8 +822,9 @@ class Store:
             self._checkpoint_owed.clear()
         return not busy
 
-    def _checkpoint_later(self) -> None:
-        log.warning("WAL checkpoint held off by a reader; retrying in the background")
+    def _checkpoint_later(self, *, quiet: bool = False) -> None:
+        if not quiet:
+            log.warning("WAL checkpoint held off by a reader; retrying in the background")
         self._checkpoint_owed.set()
         with self._checkpoint_lock:
             if self._checkpoint_thread is not None and self._checkpoint_thread.is_alive():
@@ -1018,9 +1034,16 @@ class Store:
         entry's id and the people kept: the caller must not show the others."""
         with self._transaction() as conn:
             kept = [pair for pair in results if _person_exists(conn, pair[0], pair[1])]
-            if len(kept) < len(results):
+            # A phone the search named (its filter, or in its text) of whom nothing is stored
+            # may be someone forgotten while it ran: the entry keeps neither.
+            named = set(_PHONE_IN_TEXT.findall(query))
+            if filters.get("phone"):
+                named.add(str(filters["phone"]))
+            gone = {p for p in named if not _phone_exists(conn, p, filters.get("agents"))}
+            if len(kept) < len(results) or gone:
                 query = FORGOTTEN
-                filters = {**filters, "phone": FORGOTTEN} if filters.get("phone") else filters
+                if filters.get("phone"):
+                    filters = {**filters, "phone": FORGOTTEN}
             results = kept
             cur = conn.execute(
                 "INSERT INTO audit (at, key_id, query, filters, result_count, results)"
@@ -1242,6 +1265,19 @@ def _count_waiting(conn: sqlite3.Connection, agent: str, phone: str, ids: Sequen
             ).fetchone()[0]
         )
     return total
+
+
+_PHONE_IN_TEXT = re.compile(r"\+[0-9]{8,15}")
+
+
+def _phone_exists(conn: sqlite3.Connection, phone: str, agents: list[str] | None) -> bool:
+    """Whether anything of a phone is stored, for these agents (None: any)."""
+    found = conn.execute(
+        "SELECT agent FROM messages WHERE phone = ?1 UNION SELECT agent FROM memories"
+        " WHERE phone = ?1 UNION SELECT agent FROM summaries WHERE phone = ?1",
+        (phone,),
+    ).fetchall()
+    return any(agents is None or row[0] in agents for row in found)
 
 
 def _person_exists(conn: sqlite3.Connection, agent: str, phone: str) -> bool:

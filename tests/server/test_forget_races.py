@@ -299,10 +299,10 @@ def test_reindex_under_traffic_and_a_forget_loses_nothing_and_keeps_nobody(
         api.services.settings, "fake-hash", fake_factory, progress=False, chunk=10, hooks=hooks
     )
     hooks.clear("reindex.batch_written")
+    assert api.services.store.outbox_size() == report.queued_after
     api.index()  # what the reindex found missing at the end
 
     assert batches >= 4
-    assert report.queued_after >= 0
     index = api.services.indexer.space.index
     messages = db(api, "SELECT id FROM messages")
     assert len(messages) == 30 + 4 * batches
@@ -327,10 +327,15 @@ def test_a_forget_never_stalls_writes_behind_an_outside_reader(api: Api) -> None
 
     done = threading.Event()
     threading.Thread(target=lambda: (forget(api), done.set()), daemon=True).start()
+    time.sleep(0.2)  # the forget is trying its checkpoint now
+    started = time.perf_counter()
+    memory = {"content": "Someone else likes tea", "phone": OTHER}
+    assert api.client.post(MEMORIES, json=memory, headers=admin()).status_code == 201
+    assert time.perf_counter() - started < 0.5, "another person's memory waited"
     assert done.wait(5), "the forget waited for the reader"
     started = time.perf_counter()
     assert api.post_turn("someone else", phone=OTHER).status_code == 201
-    assert time.perf_counter() - started < 1.0, "another person's turn waited"
+    assert time.perf_counter() - started < 0.5, "another person's turn waited"
     assert api.services.store.checkpoint_pending
     assert api.client.get("/health").json()["erasure_pending"] is True
 
@@ -437,3 +442,151 @@ def test_a_cli_forget_next_to_a_running_server_is_total_and_the_server_keeps_wor
     assert PHONE not in lance_texts(tmp_path / "data" / "lance")
     for path in (tmp_path / "data").glob("memory.db*"):
         assert f"{CANARY} {PHONE}".encode() not in path.read_bytes(), path
+
+
+def test_a_checkpoint_held_off_at_shutdown_is_owed_again_after_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    store = Store(path)
+    for i in range(5):
+        store.insert_message(
+            agent=AGENT,
+            phone=PHONE,
+            role="user",
+            content=f"{CANARY} {i}",
+            event_id=None,
+            number=None,
+            created_at=None,
+        )
+    reader = sqlite3.connect(path)
+    reader.execute("BEGIN")
+    reader.execute("SELECT COUNT(*) FROM messages").fetchone()
+    store.forget_person(AGENT, PHONE)
+    assert not store.checkpoint(wait_s=0.1) and store.checkpoint_pending
+    store.close()
+
+    reopened = Store(path)
+    try:
+        assert reopened.checkpoint_pending, "the owed checkpoint was forgotten on restart"
+        reader.rollback()
+        reader.close()
+        deadline = time.monotonic() + 10
+        while reopened.checkpoint_pending:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        for file in tmp_path.glob("memory.db*"):
+            assert CANARY.encode() not in file.read_bytes(), file
+    finally:
+        reopened.close()
+
+
+def test_an_edit_while_reindex_embeds_is_not_overwritten_with_the_old_text(
+    api_factory: Callable[..., Api], hooks: Hooks
+) -> None:
+    api = api_factory()
+    made = api.client.post(MEMORIES, json={"content": "Drinks old tea"}, headers=admin()).json()
+
+    def edit() -> None:
+        response = api.client.patch(
+            f"{MEMORIES}/{made['id']}", json={"content": "Drinks new coffee"}, headers=admin()
+        )
+        assert response.status_code == 200, response.text
+
+    hooks.once("reindex.embedded", edit)
+    rebuild_index(api.services.settings, "fake-hash", fake_factory, progress=False, hooks=hooks)
+
+    stored = api.services.indexer.space.index.get([f"fact:{made['id']}"])
+    assert stored[f"fact:{made['id']}"][0].text == "Drinks new coffee"
+    assert api.services.store.outbox_size() == 0
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"query": "nothing matches this", "phone": PHONE, "mode": "keyword"},
+        {"query": f"what did {PHONE} say", "mode": "keyword"},
+    ],
+)
+def test_a_staff_search_naming_a_person_forgotten_meanwhile_keeps_neither_phone_nor_query(
+    api_factory: Callable[..., Api], hooks: Hooks, body: dict[str, str]
+) -> None:
+    api = api_factory(hooks=hooks)
+    api.post_turn(f"my word is {CANARY}")
+    api.index()
+    hooks.once("staff.searched", lambda: forget(api))
+
+    response = api.client.post("/v1/search", json=body, headers=admin())
+
+    assert response.status_code == 200, response.text
+    entry = api.client.get("/v1/audit", headers=admin()).json()["items"][0]
+    assert PHONE not in json.dumps(entry) and entry["query"] == "[forgotten]"
+
+
+def test_a_staff_search_naming_someone_still_there_is_audited_as_asked(api: Api) -> None:
+    api.post_turn(f"my word is {CANARY}")
+    api.index()
+    body = {"query": f"what did {PHONE} say", "phone": PHONE, "mode": "keyword"}
+    assert api.client.post("/v1/search", json=body, headers=admin()).status_code == 200
+    entry = api.client.get("/v1/audit", headers=admin()).json()["items"][0]
+    assert entry["query"] == body["query"] and entry["filters"]["phone"] == PHONE
+
+
+def test_the_migration_starts_ids_above_any_turn_still_referenced(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT)")
+    for version, script in enumerate(MIGRATIONS[:3], start=1):
+        conn.executescript(script)
+        conn.execute("INSERT INTO schema_migrations VALUES (?, 'then')", (version,))
+    conn.execute(
+        "INSERT INTO messages (id, agent, phone, role, content, created_at, stored_at)"
+        " VALUES (3, 'a', '+15550000001', 'user', 'kept', 'then', 'then')"
+    )
+    # Turn 12 was deleted before the upgrade, but the outbox and a summary still name ids.
+    conn.execute(
+        "INSERT INTO outbox (kind, ref_id, agent, phone, enqueued_at)"
+        " VALUES ('turn', '12', 'a', '+15550000001', 'then')"
+    )
+    conn.execute(
+        "INSERT INTO summaries (agent, phone, text, through_id, updated_at)"
+        " VALUES ('a', '+15550000009', 'old', 9, 'then')"
+    )
+    conn.commit()
+    conn.close()
+    store = Store(path)
+    try:
+        new_id, _ = store.insert_message(
+            agent="a",
+            phone="+15550000002",
+            role="user",
+            content="x",
+            event_id=None,
+            number=None,
+            created_at=None,
+        )
+        assert new_id == 13
+    finally:
+        store.close()
+
+
+def test_a_process_holding_the_index_lock_too_long_gets_503_not_a_hang(api: Api) -> None:
+    import fcntl
+    import os
+
+    from embeddings.index import FolderWriteLock
+
+    folder = api.services.settings.lance_path
+    lock = FolderWriteLock.of(folder)
+    lock.timeout_s = 0.3  # this app's lock object only: the folder is the test's own
+    fd = os.open(folder / ".write.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # as a hung CLI process would
+    try:
+        started = time.perf_counter()
+        response = api.client.post(MEMORIES, json={"content": "Likes tea"}, headers=admin())
+        assert time.perf_counter() - started < 3
+        assert response.status_code == 503, response.text
+        assert response.json()["error"]["code"] == "index_busy"
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    response = api.client.post(MEMORIES, json={"content": "Likes tea"}, headers=admin())
+    assert response.status_code == 201, response.text

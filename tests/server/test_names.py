@@ -52,6 +52,10 @@ def test_staff_search_filters_refuse_a_trailing_newline(api: Api) -> None:
         assert response.status_code == 422, response.text
 
 
-def test_a_memory_id_with_a_trailing_newline_is_not_found_or_refused(api: Api) -> None:
-    response = api.client.get(f"/v1/agents/{AGENT}/memories/mem_abc%0A", headers=admin())
-    assert response.status_code in (404, 422), response.text
+def test_a_memory_id_with_a_trailing_newline_is_refused(api: Api) -> None:
+    made = api.client.post(
+        f"/v1/agents/{AGENT}/memories", json={"content": "Likes tea"}, headers=admin()
+    ).json()
+    assert api.client.get(f"/v1/agents/{AGENT}/memories/{made['id']}", headers=admin()).is_success
+    response = api.client.get(f"/v1/agents/{AGENT}/memories/{made['id']}%0A", headers=admin())
+    assert response.status_code == 422, response.text

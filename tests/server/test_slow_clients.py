@@ -258,3 +258,36 @@ def test_a_connection_trickling_its_headers_is_closed_after_the_timeout(server: 
         assert time.monotonic() < deadline, "file descriptors were not released"
         time.sleep(0.1)
     assert httpx.get(f"{server.base}/health", timeout=5).status_code == 200
+
+
+def test_a_connection_trickling_headers_after_a_first_request_is_closed(server: Server) -> None:
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    first = sock.recv(65536)
+    assert first.startswith(b"HTTP/1.1 200"), first
+    started = time.monotonic()
+    sock.sendall(b"G")  # cancels uvicorn's keep-alive timer; the request never ends
+    sock.settimeout(5)
+    assert sock.recv(1024) == b"", "the server closed the connection"
+    assert time.monotonic() - started < 3
+    sock.close()
+
+
+def test_a_keep_alive_connection_may_serve_several_requests(server: Server) -> None:
+    with httpx.Client(base_url=server.base) as client:
+        for _ in range(3):
+            assert client.get("/health").status_code == 200
+            time.sleep(0.3)
+
+
+@pytest.mark.parametrize("method", ["GET", "DELETE"])
+def test_a_body_on_a_method_that_takes_none_is_refused_unread(server: Server, method: str) -> None:
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    head = f"{method} {URL} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {MIB}\r\n\r\n"
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        sock.sendall(head.encode() + b"x" * (MIB // 2))
+    started = time.monotonic()
+    status, _, body = _response(sock, 2)
+    assert time.monotonic() - started < 1
+    assert status == 400 and json.loads(body)["error"]["code"] == "unexpected_body"
+    sock.close()
