@@ -6,8 +6,14 @@ run. Reports p50/p95/p99 latency and throughput of storing a turn, building a co
 search; the index lag over time; the server's peak memory; and the indexer's embed rate next to
 the raw model's, measured in the same run (a ratio).
 
+With --soak-memories SECONDS the clients instead add memories for that long (every fourth
+one is read back and searched for), and every --sample-s seconds the server's RSS and the
+LanceDB manifests on disk are sampled: does memory level off under steady memory writes?
+
 Run with:
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_load.py --people 1000 --turns 50 \
+        --clients 4 --out benchmarks/results
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_load.py --soak-memories 900 \
         --clients 4 --out benchmarks/results
 """
 
@@ -245,6 +251,176 @@ def sample_texts(count: int, seed: int) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 30))) for _ in range(count)]
 
 
+class Soak:
+    """Memory writes for a fixed time; a thread samples the server's RSS and the manifests."""
+
+    def __init__(self, pid: int, lance: Path, sample_s: float) -> None:
+        import threading
+
+        self.pid = pid
+        self.lance = lance
+        self.sample_s = sample_s
+        self.writes = 0
+        self.samples: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._started = time.monotonic()
+
+    def __enter__(self) -> Soak:
+        self._started = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        if time.monotonic() - self._started - self.samples[-1]["s"] >= 1.0:
+            self._sample()  # the end, unless a sample was just taken
+
+    def manifests(self) -> int:
+        return sum(1 for _ in self.lance.glob("*.lance/_versions/*.manifest"))
+
+    def _run(self) -> None:
+        self._sample()
+        while not self._stop.wait(self.sample_s):
+            self._sample()
+
+    def _sample(self) -> None:
+        import psutil
+
+        seconds = time.monotonic() - self._started
+        last = self.samples[-1] if self.samples else {"s": 0.0, "writes": 0}
+        span = seconds - last["s"]
+        sample = {
+            "s": round(seconds, 1),
+            "writes": self.writes,
+            "writes_per_s": round((self.writes - last["writes"]) / span, 1) if span else 0.0,
+            "rss_mib": round(psutil.Process(self.pid).memory_info().rss / 2**20, 1),
+            "manifests": self.manifests(),
+        }
+        self.samples.append(sample)
+        tqdm.write(
+            f"{sample['s']:7.0f} s  {sample['writes']:7d} writes  {sample['writes_per_s']:6.1f}/s"
+            f"  RSS {sample['rss_mib']:7.1f} MiB  {sample['manifests']:5d} manifests",
+            file=sys.stderr,
+        )
+
+    def verdict(self) -> dict[str, Any]:
+        """RSS growth over the last third of the run against the first two thirds: memory that
+        levels off grows little at the end, memory that leaks grows at the same rate."""
+        end = self.samples[-1]
+        at = min(self.samples, key=lambda r: abs(r["s"] - end["s"] * 2 / 3))
+        early = end["rss_mib"] - at["rss_mib"]
+        rate = early / (end["s"] - at["s"]) * 60 if end["s"] > at["s"] else 0.0
+        return {
+            "rss_start_mib": self.samples[0]["rss_mib"],
+            "rss_peak_mib": max(r["rss_mib"] for r in self.samples),
+            "rss_end_mib": end["rss_mib"],
+            "last_third_growth_mib": round(early, 1),
+            "last_third_mib_per_min": round(rate, 2),
+            "levelled": early <= max(25.0, 0.05 * at["rss_mib"]),
+        }
+
+
+async def soak_memories(
+    base: str, key: str, seconds: float, clients: int, seed: int, soak: Soak
+) -> list[Series]:
+    add, get, find = Series("add memory"), Series("get memory"), Series("search memories")
+    url = f"/v1/agents/{AGENT}/memories"
+    rng = random.Random(seed)
+    deadline = time.monotonic() + seconds
+    bar = tqdm(desc="memories", unit="write", file=sys.stderr)
+
+    async def timed(series: Series, call: Any, ok: int) -> Any:
+        started = time.perf_counter()
+        response = await call
+        series.ms.append((time.perf_counter() - started) * 1000)
+        series.errors += response.status_code != ok
+        return response
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        while time.monotonic() < deadline:
+            phone = phone_of(rng.randrange(1000))
+            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 20)))
+            body = {"content": f"{text} #{soak.writes}", "phone": phone}
+            made = await timed(add, client.post(url, json=body), 201)
+            soak.writes += 1
+            bar.update()
+            if soak.writes % 4 == 0 and made.status_code == 201:
+                await timed(get, client.get(f"{url}/{made.json()['id']}"), 200)
+                query = {"query": text, "phone": phone, "threshold": 0.0, "limit": 5}
+                await timed(find, client.post(f"{url}/search", json=query), 200)
+
+    headers = {"Authorization": f"Bearer {key}"}
+    limits = httpx.Limits(max_connections=clients)
+    async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits, timeout=60) as c:
+        await asyncio.gather(*(worker(c) for _ in range(clients)))
+    bar.close()
+    return [add, get, find]
+
+
+def render_soak(samples: list[dict[str, Any]]) -> str:
+    lines = ["| time s | writes | writes/s | RSS MiB | manifests |", "|" + " --- |" * 5]
+    for r in samples:
+        lines.append(
+            f"| {r['s']:.0f} | {r['writes']} | {r['writes_per_s']} | {r['rss_mib']} |"
+            f" {r['manifests']} |"
+        )
+    return "\n".join(lines)
+
+
+def run_soak(args: argparse.Namespace, argv: list[str] | None) -> int:
+    data_dir = Path(tempfile.mkdtemp(prefix="bench-soak-"))
+    port = free_port()
+    server = start_server(data_dir, port, {"MEMORY_EMBEDDING_MODEL": args.model})
+    try:
+        base = f"http://127.0.0.1:{port}"
+        scope = {"scope": f"agent:{AGENT}"}
+        made = httpx.post(f"{base}/v1/keys", json=scope, headers=ADMIN_HEADERS)
+        with Soak(server.pid, data_dir / "lance", args.sample_s) as soak:
+            series = asyncio.run(
+                soak_memories(
+                    base, made.json()["key"], args.soak_memories, args.clients, args.seed, soak
+                )
+            )
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        if not args.keep_data:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+    seconds = soak.samples[-1]["s"]
+    verdict = soak.verdict()
+    rows = [s.row(seconds) for s in series]
+    result = {
+        "command": "benchmarks/bench_load.py " + " ".join(argv or sys.argv[1:]),
+        "model": args.model,
+        "clients": args.clients,
+        "seconds": seconds,
+        "writes": soak.writes,
+        **verdict,
+        "samples": soak.samples,
+        "cpus": os.cpu_count(),
+        "results": rows,
+    }
+    table = (
+        render_soak(soak.samples)
+        + "\n\n"
+        + render(rows)
+        + f"\n\n{soak.writes} memories from {args.clients} clients in {seconds:.0f} s"
+        f" ({args.model}); RSS {verdict['rss_start_mib']:.0f} MiB at the start, peak"
+        f" {verdict['rss_peak_mib']:.0f}, end {verdict['rss_end_mib']:.0f}; last third"
+        f" {verdict['last_third_growth_mib']:+.0f} MiB ({verdict['last_third_mib_per_min']:+.1f}"
+        f" MiB/min): {'levelled' if verdict['levelled'] else 'still growing'}."
+    )
+    print(table)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "bench_load.soak.json").write_text(json.dumps(result, indent=2))
+        (args.out / "bench_load.soak.md").write_text(table + "\n")
+    return 0
+
+
 def render(rows: list[dict[str, Any]]) -> str:
     head = "| operation | requests | errors | p50 ms | p95 ms | p99 ms | mean ms | per s |"
     lines = [head, "|" + " --- |" * 8]
@@ -268,7 +444,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, help="folder for bench_load.json and bench_load.md")
     parser.add_argument("--keep-data", action="store_true", help="keep the server's data folder")
+    parser.add_argument(
+        "--soak-memories",
+        type=float,
+        metavar="SECONDS",
+        help="instead of turns, add memories for this long and sample the server's memory",
+    )
+    parser.add_argument("--sample-s", type=float, default=30.0, help="soak: seconds per sample")
     args = parser.parse_args(argv)
+    if args.soak_memories:
+        return run_soak(args, argv)
 
     data_dir = Path(tempfile.mkdtemp(prefix="bench-load-"))
     port = free_port()

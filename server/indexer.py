@@ -186,6 +186,16 @@ def _lower_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
 
 
+@dataclass(eq=False)
+class _Waiting:
+    """A caller of index_now: its outbox rows, and how the write that took them ended."""
+
+    items: Sequence[OutboxItem]
+    taken: bool = False  # a leader has taken them (under the waiting guard)
+    written: bool = False
+    error: Exception | None = None
+
+
 class Indexer:
     """Background worker: one batch at a time, outbox rows removed only once LanceDB has them,
     so a crash anywhere loses nothing and a replay duplicates nothing (upserts by id)."""
@@ -220,6 +230,10 @@ class Indexer:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        # Callers of index_now waiting for their items (see index_now: a group commit).
+        self._waiting: list[_Waiting] = []
+        self._waiting_guard = threading.Lock()
+        self._leader = threading.Lock()
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -296,13 +310,56 @@ class Indexer:
         return total
 
     def index_now(self, kind: str, ref_ids: Sequence[str]) -> None:
-        """Index these items before returning (a memory created through the API)."""
+        """Index these items before returning (a memory created through the API).
+        Callers at the same time share one LanceDB write, as the outbox's turns do: each
+        queues its items; one caller at a time, the leader, takes every queued caller's items,
+        embeds them in one batch and writes one version, and its followers return once it
+        has. A caller alone writes at once. If the write fails, each caller's items are tried
+        alone, so a caller sees its own error and no other."""
         items = self._store.outbox_for(kind, ref_ids)
-        if items:
+        if not items:
+            return
+        mine = _Waiting(items)
+        with self._waiting_guard:
+            self._waiting.append(mine)
+        with self._leader:
+            if not mine.taken:
+                self._commit(self._take_waiting(), gather=True)
+        if mine.error is not None:
+            raise mine.error
+        if not mine.written:  # the leader stopped short of an error (KeyboardInterrupt...)
+            raise RuntimeError("indexing was interrupted; the item stays in the outbox")
+
+    def _take_waiting(self) -> list[_Waiting]:
+        with self._waiting_guard:
+            group, self._waiting = self._waiting, []
+        for waiting in group:
+            waiting.taken = True
+        return group
+
+    def _commit(self, group: list[_Waiting], *, gather: bool = False) -> None:
+        """Embed and write the group's items in one version. With gather, callers that queued
+        while the group was embedded join its write (their texts are embedded under the lock
+        by _vectors), so steady callers make one version per round, not one per caller."""
+        items = [item for waiting in group for item in waiting.items]
+        try:
             space = self.space
             embedded = self._embed_new(space, self._load(items)[0])
+            if gather and (late := self._take_waiting()):
+                group = [*group, *late]
+                items += [item for waiting in late for item in waiting.items]
             with self.lock:
                 self._process(items, embedded if space is self.space else {})
+        except Exception as exc:
+            if len(group) == 1:
+                group[0].error = exc
+            else:
+                log.warning("a group of %d memory writes failed; writing each alone", len(group))
+                for waiting in group:
+                    self._commit([waiting])
+            return
+        for waiting in group:
+            waiting.written = True
 
     # -- one batch ---------------------------------------------------------------------------
 
