@@ -240,19 +240,18 @@ def test_repeated_log_lines_are_rate_limited() -> None:
 
 def test_a_connection_trickling_its_headers_is_closed_after_the_timeout(server: Server) -> None:
     before = _open_fds(server)
-    socks = []
-    for _ in range(50):
-        sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
-        sock.sendall(f"POST {URL} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode())  # never ends
-        socks.append(sock)
-    started = time.monotonic()
-    for sock in socks[:5]:
-        sock.sendall(b"X-Slow: 1\r\n")  # a byte now and then does not keep it open
-    for sock in socks:
-        sock.settimeout(5)
-        assert sock.recv(1024) == b"", "the server closed the connection"
-        sock.close()
-    assert time.monotonic() - started < 4
+    with contextlib.ExitStack() as stack:
+        socks = []
+        for _ in range(50):
+            sock = stack.enter_context(socket.create_connection(("127.0.0.1", server.port), 5))
+            sock.sendall(f"POST {URL} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode())  # never ends
+            socks.append(sock)
+        started = time.monotonic()
+        for sock in socks[:5]:
+            sock.sendall(b"X-Slow: 1\r\n")  # a byte now and then does not keep it open
+        for sock in socks:
+            assert _closed_by_server(sock, 5), "the server kept the connection open"
+        assert time.monotonic() - started < 4
     deadline = time.monotonic() + 5
     while _open_fds(server) > before + 2:
         assert time.monotonic() < deadline, "file descriptors were not released"
@@ -261,16 +260,14 @@ def test_a_connection_trickling_its_headers_is_closed_after_the_timeout(server: 
 
 
 def test_a_connection_trickling_headers_after_a_first_request_is_closed(server: Server) -> None:
-    sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
-    sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-    first = sock.recv(65536)
-    assert first.startswith(b"HTTP/1.1 200"), first
-    started = time.monotonic()
-    sock.sendall(b"G")  # cancels uvicorn's keep-alive timer; the request never ends
-    sock.settimeout(5)
-    assert sock.recv(1024) == b"", "the server closed the connection"
-    assert time.monotonic() - started < 3
-    sock.close()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        status, _, _ = _response(sock, 5)  # the whole first response, headers and body
+        assert status == 200
+        started = time.monotonic()
+        sock.sendall(b"G")  # cancels uvicorn's keep-alive timer; the request never ends
+        assert _closed_by_server(sock, 5), "the server kept the connection open"
+        assert time.monotonic() - started < 3
 
 
 def test_a_keep_alive_connection_may_serve_several_requests(server: Server) -> None:
@@ -282,12 +279,11 @@ def test_a_keep_alive_connection_may_serve_several_requests(server: Server) -> N
 
 @pytest.mark.parametrize("method", ["GET", "DELETE"])
 def test_a_body_on_a_method_that_takes_none_is_refused_unread(server: Server, method: str) -> None:
-    sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
     head = f"{method} {URL} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {MIB}\r\n\r\n"
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        sock.sendall(head.encode() + b"x" * (MIB // 2))
-    started = time.monotonic()
-    status, _, body = _response(sock, 2)
-    assert time.monotonic() - started < 1
-    assert status == 400 and json.loads(body)["error"]["code"] == "unexpected_body"
-    sock.close()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(head.encode() + b"x" * (MIB // 2))
+        started = time.monotonic()
+        status, _, body = _response(sock, 2)
+        assert time.monotonic() - started < 1
+        assert status == 400 and json.loads(body)["error"]["code"] == "unexpected_body"
