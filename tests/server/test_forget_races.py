@@ -111,13 +111,16 @@ def test_a_forget_during_a_background_compaction_leaves_nothing(
 ) -> None:
     api = api_factory(llm_base_url=llm.base_url, llm_retries=0, hooks=hooks, run_workers=True)
     forgot = threading.Event()
+    posted = threading.Event()
 
     def forget_now() -> None:
+        posted.wait(20)  # compaction may start before the last turns are in: forget after them
         forget(api)
         forgot.set()
 
     hooks.once("compaction.model_answered", forget_now)
-    conversation(api, 46)  # the 46th is an assistant turn past the trigger: queued
+    conversation(api, 46)  # assistant turns past the trigger queue a compaction
+    posted.set()
     assert forgot.wait(20), "the background compaction never reached the model's answer"
     deadline = time.monotonic() + 20
     while not api.services.compaction.idle() or api.services.store.outbox_size():
