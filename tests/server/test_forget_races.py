@@ -24,6 +24,7 @@ from tests.conftest import AGENT, PHONE, Api, admin
 from tests.fake_llm import FakeLLM
 from tests.fakes import fake_factory
 from tests.server.test_erasure import lance_texts
+from tests.server.test_memories import db
 
 CANARY = "quokkacanary5d1e"
 OTHER = "+15559990001"
@@ -46,15 +47,6 @@ def llm() -> Iterator[FakeLLM]:
 def forget(api: Api, phone: str = PHONE) -> None:
     response = api.client.delete(f"/v1/agents/{AGENT}/people/{phone}", headers=admin())
     assert response.status_code == 200, response.text
-
-
-def db(api: Api, sql: str, *args: object) -> list[sqlite3.Row]:
-    conn = sqlite3.connect(api.services.settings.sqlite_path)
-    conn.row_factory = sqlite3.Row
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
 
 
 def assert_person_gone(api: Api, phone: str = PHONE) -> None:
