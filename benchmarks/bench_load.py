@@ -297,11 +297,13 @@ class Soak:
             "writes_per_s": round((self.writes - last["writes"]) / span, 1) if span else 0.0,
             "rss_mib": round(psutil.Process(self.pid).memory_info().rss / 2**20, 1),
             "manifests": self.manifests(),
+            "open_files": psutil.Process(self.pid).num_fds(),
         }
         self.samples.append(sample)
         tqdm.write(
             f"{sample['s']:7.0f} s  {sample['writes']:7d} writes  {sample['writes_per_s']:6.1f}/s"
-            f"  RSS {sample['rss_mib']:7.1f} MiB  {sample['manifests']:5d} manifests",
+            f"  RSS {sample['rss_mib']:7.1f} MiB  {sample['manifests']:5d} manifests"
+            f"  {sample['open_files']:5d} open files",
             file=sys.stderr,
         )
 
@@ -360,11 +362,14 @@ async def soak_memories(
 
 
 def render_soak(samples: list[dict[str, Any]]) -> str:
-    lines = ["| time s | writes | writes/s | RSS MiB | manifests |", "|" + " --- |" * 5]
+    lines = [
+        "| time s | writes | writes/s | RSS MiB | manifests | open files |",
+        "|" + " --- |" * 6,
+    ]
     for r in samples:
         lines.append(
             f"| {r['s']:.0f} | {r['writes']} | {r['writes_per_s']} | {r['rss_mib']} |"
-            f" {r['manifests']} |"
+            f" {r['manifests']} | {r.get('open_files', '')} |"
         )
     return "\n".join(lines)
 

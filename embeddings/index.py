@@ -32,6 +32,19 @@ RRF_K = 60  # the usual constant of reciprocal-rank fusion
 INDEX_CACHE_BYTES = 128 * 2**20
 METADATA_CACHE_BYTES = 32 * 2**20
 
+# Folding new rows into the indexes (LanceDB's optimize_indices, or a rebuild after a purge)
+# makes new index files, and LanceDB 0.40 keeps every superseded full-text index open for the
+# life of the connection: 2 to 4 file descriptors and 1 to 2 MiB each time, for ever (the
+# memory-write soak). Searches see rows the indexes do not cover yet (a flat scan of those), so
+# the indexes are brought up to date only now and then, and the connection is then opened
+# afresh, which lets go of the superseded files.
+INDEX_UPDATE_ROWS = 2000
+INDEX_UPDATE_S = 300.0
+CLEANUP_MIN = 10
+# A connection also grows by about 90 KiB per write beyond its bounded caches (measured: 9 MiB
+# per 100 single-row writes, flat when it is opened afresh): a fresh one every this many writes.
+REOPEN_WRITES = 200
+
 # Filters run inside LanceDB on scalar indexes (exact vector search over the rows that pass).
 _INDEXES: dict[str, Callable[[], Any]] = {
     "id": BTree,
@@ -193,14 +206,7 @@ class VectorIndex:
         self.model = model
         self.dim = dim
         self.name = table_name(model, dim)
-        session = lancedb.Session(
-            index_cache_size_bytes=INDEX_CACHE_BYTES, metadata_cache_size_bytes=METADATA_CACHE_BYTES
-        )
-        # Readers look for a newer version at most a second after another process wrote one
-        # (a CLI reindex or forget); this process's own writes are seen at once.
-        self._db = lancedb.connect(
-            str(path), session=session, read_consistency_interval=timedelta(seconds=1)
-        )
+        self._db = self._connect()
         self._folder_lock = FolderWriteLock.of(path)
         self._files = SharedLock()  # readers versus whoever deletes old files
         self._schema = pa.schema(
@@ -234,6 +240,29 @@ class VectorIndex:
             self._table = self._db.open_table(self.name)
         self._indexed = self._has_indexes()
         self._writes_since_optimize = 0
+        self._rows_since_index_update = 0
+        self._index_updated_at = time.monotonic()
+        self._writes_since_reopen = 0
+        self.reopened = 0  # how many times the connection was opened afresh
+
+    def _connect(self) -> Any:
+        session = lancedb.Session(
+            index_cache_size_bytes=INDEX_CACHE_BYTES, metadata_cache_size_bytes=METADATA_CACHE_BYTES
+        )
+        # Readers look for a newer version at most a second after another process wrote one
+        # (a CLI reindex or forget); this process's own writes are seen at once.
+        return lancedb.connect(
+            str(self.path), session=session, read_consistency_interval=timedelta(seconds=1)
+        )
+
+    def _reopen(self) -> None:
+        """A fresh connection and table handle, under the write lock: the old ones, and every
+        index file they kept open, go once the reads still using them finish."""
+        db = self._connect()
+        table = db.open_table(self.name)
+        self._db, self._table = db, table
+        self._writes_since_reopen = 0
+        self.reopened += 1
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -258,6 +287,8 @@ class VectorIndex:
                 .execute(data)
             )
             self._writes_since_optimize += 1
+            self._writes_since_reopen += 1
+            self._rows_since_index_update += len(rows)
             if not self._indexed:
                 self._build_indexes()
 
@@ -270,6 +301,7 @@ class VectorIndex:
             if count:
                 self._table.delete(where)
                 self._writes_since_optimize += 1
+                self._writes_since_reopen += 1
             return count
 
     def delete_person(self, agent: str, phone: str) -> int:
@@ -289,14 +321,39 @@ class VectorIndex:
             self._table.checkout_latest()  # type: ignore[no-untyped-call]
             self._build_indexes(rebuild=True)
             self._cleanup()
+            self._index_updated()
 
     def optimize(self) -> None:
-        """Compact small fragments, fold new rows into the indexes, drop versions older than
-        ten minutes (a reader in another process, such as a reindex, may still use them)."""
+        """Compact small fragments and drop versions older than ten minutes (a reader in
+        another process, such as a reindex, may still use them); fold new rows into the
+        indexes only once INDEX_UPDATE_ROWS rows or INDEX_UPDATE_S seconds have passed."""
         # Readers use the latest version, never one ten minutes old: no need to hold them off.
         with self._writing():
-            self._table.optimize(cleanup_older_than=timedelta(minutes=10))
+            dataset = self._table.to_lance()
+            dataset.optimize.compact_files()
+            dataset.cleanup_old_versions(timedelta(minutes=CLEANUP_MIN))
+            self._table.checkout_latest()  # type: ignore[no-untyped-call]
             self._writes_since_optimize = 0
+            due = self._rows_since_index_update >= INDEX_UPDATE_ROWS or (
+                time.monotonic() - self._index_updated_at >= INDEX_UPDATE_S
+            )
+            if self._rows_since_index_update and due:
+                self.update_indexes()
+            elif self._writes_since_reopen >= REOPEN_WRITES:
+                self._reopen()
+
+    def update_indexes(self) -> None:
+        """Fold every row into the indexes now, then let go of the superseded index files."""
+        with self._writing():
+            if self._indexed:
+                self._table.to_lance().optimize.optimize_indices()
+                self._table.checkout_latest()  # type: ignore[no-untyped-call]
+            self._index_updated()
+
+    def _index_updated(self) -> None:
+        self._rows_since_index_update = 0
+        self._index_updated_at = time.monotonic()
+        self._reopen()
 
     @property
     def writes_since_optimize(self) -> int:
