@@ -297,7 +297,7 @@ class VectorIndex:
             return 0
         where = "id IN (" + ", ".join(quote(i) for i in ids) + ")"
         with self._writing():
-            count = self._table.count_rows(where)
+            count = int(self._table.count_rows(where))
             if count:
                 self._table.delete(where)
                 self._writes_since_optimize += 1
@@ -307,7 +307,7 @@ class VectorIndex:
     def delete_person(self, agent: str, phone: str) -> int:
         where = f"agent = {quote(agent)} AND phone = {quote(phone)}"
         with self._writing():
-            count = self._table.count_rows(where)
+            count = int(self._table.count_rows(where))
             if count:
                 self._table.delete(where)
             return count
