@@ -1,4 +1,10 @@
-"""Sentence embeddings: a sentence-transformers model loaded once, batch-first, unit vectors."""
+"""Sentence embeddings: the encoder interface, a sentence-transformers model loaded once,
+batch-first, unit vectors, and a cache of recent queries.
+
+Models such as e5 embed a question and a stored text differently (`query: ` and `passage: `
+prefixes): `encode` is for what is stored (passages) and `encode_query` for what is asked.
+Comparing two stored texts with each other (are two facts the same?) is a symmetric task, for
+which e5's authors recommend the query form on both sides: callers use `encode_query` then."""
 
 from __future__ import annotations
 
@@ -14,7 +20,8 @@ import numpy.typing as npt
 Vectors = npt.NDArray[np.float32]
 
 QUERY_TEXTS = 8  # calls with at most this many texts are queries, not bulk work
-BUNDLED_NAMES = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
+MINILM = "all-MiniLM-L6-v2"
+BUNDLED_NAMES = {MINILM, "sentence-transformers/all-MiniLM-L6-v2"}
 
 
 class Encoder(Protocol):
@@ -26,7 +33,13 @@ class Encoder(Protocol):
     @property
     def dim(self) -> int: ...
 
-    def encode(self, texts: Sequence[str]) -> Vectors: ...
+    def encode(self, texts: Sequence[str]) -> Vectors:
+        """Texts to store and search among (passages)."""
+        ...
+
+    def encode_query(self, texts: Sequence[str]) -> Vectors:
+        """Questions asked of the stored texts, and both sides of a symmetric comparison."""
+        ...
 
 
 def resolve_model(model: str) -> str:
@@ -61,6 +74,10 @@ class SentenceEncoder:
         )
         self._dim = int(dim or 0)
         self._locks = [threading.Lock() for _ in self._models]
+        # A folder whose config names prompts (e5's "query: " and "passage: ") gets them used;
+        # one without (MiniLM) embeds questions and stored texts alike.
+        prompts = getattr(first, "prompts", None) or {}
+        self._prompts = {kind: kind if kind in prompts else None for kind in ("query", "passage")}
 
     @property
     def name(self) -> str:
@@ -73,12 +90,15 @@ class SentenceEncoder:
     def encode(self, texts: Sequence[str]) -> Vectors:
         return self._encode(texts, bulk=len(texts) > QUERY_TEXTS)
 
+    def encode_query(self, texts: Sequence[str]) -> Vectors:
+        return self._encode(texts, bulk=len(texts) > QUERY_TEXTS, kind="query")
+
     def encode_bulk(self, texts: Sequence[str]) -> Vectors:
         """Background work (the indexer, reindex): always the bulk copy, however few texts, so
         a query never waits for a low-priority thread holding the query copy."""
         return self._encode(texts, bulk=True)
 
-    def _encode(self, texts: Sequence[str], *, bulk: bool) -> Vectors:
+    def _encode(self, texts: Sequence[str], *, bulk: bool, kind: str = "passage") -> Vectors:
         if not texts:
             return np.zeros((0, self._dim), dtype=np.float32)
         # Batches of similar length waste little on padding (the model sorts a whole call the
@@ -95,6 +115,7 @@ class SentenceEncoder:
                     normalize_embeddings=True,
                     convert_to_numpy=True,
                     show_progress_bar=False,
+                    prompt_name=self._prompts[kind],
                 )
             finally:
                 lock.release()
@@ -114,7 +135,7 @@ class CachedEncoder:
     def __init__(self, inner: Encoder, size: int = 2048) -> None:
         self._inner = inner
         self._size = size
-        self._cache: OrderedDict[str, Vectors] = OrderedDict()
+        self._cache: OrderedDict[tuple[bool, str], Vectors] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
@@ -126,20 +147,27 @@ class CachedEncoder:
         return self._inner.dim
 
     def encode(self, texts: Sequence[str]) -> Vectors:
+        return self._cached(texts, query=False)
+
+    def encode_query(self, texts: Sequence[str]) -> Vectors:
+        return self._cached(texts, query=True)
+
+    def _cached(self, texts: Sequence[str], *, query: bool) -> Vectors:
         found: dict[int, Vectors] = {}
         with self._lock:
             for i, text in enumerate(texts):
-                hit = self._cache.get(text)
+                hit = self._cache.get((query, text))
                 if hit is not None:
-                    self._cache.move_to_end(text)
+                    self._cache.move_to_end((query, text))
                     found[i] = hit
         missing = [i for i in range(len(texts)) if i not in found]
         if missing:
-            fresh = self._inner.encode([texts[i] for i in missing])
+            inner = self._inner.encode_query if query else self._inner.encode
+            fresh = inner([texts[i] for i in missing])
             with self._lock:
                 for i, vector in zip(missing, fresh, strict=True):
                     found[i] = vector
-                    self._cache[texts[i]] = vector
+                    self._cache[(query, texts[i])] = vector
                 while len(self._cache) > self._size:
                     self._cache.popitem(last=False)
         if not texts:
@@ -157,7 +185,8 @@ class CachedEncoder:
         """Drop texts from the cache (a forgotten person's words must not linger in memory)."""
         with self._lock:
             for text in texts:
-                self._cache.pop(text, None)
+                self._cache.pop((False, text), None)
+                self._cache.pop((True, text), None)
 
     def clear(self) -> None:
         with self._lock:

@@ -46,6 +46,9 @@ class HashEncoder:
                 out[row] /= norm
         return out
 
+    def encode_query(self, texts: Sequence[str]) -> Vectors:
+        return self.encode(texts)  # questions and stored texts alike
+
 
 def is_hash_model(name: str) -> bool:
     return name.startswith(PREFIX)

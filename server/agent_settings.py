@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from embeddings.calibration import Calibration, calibration_for
 from server.config import Settings
 from server.store import Store
 
@@ -29,9 +31,17 @@ AGENT_SETTING_NAMES = tuple(AgentConfig.__dataclass_fields__)
 class AgentSettings:
     """Reads and writes per-agent overrides; resolve() gives the effective values."""
 
-    def __init__(self, store: Store, settings: Settings) -> None:
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        calibration: Callable[[], Calibration] | None = None,
+    ) -> None:
+        """calibration gives the constants of the model in use (it may change at run time);
+        by default those of the configured model."""
         self._store = store
         self._settings = settings
+        self._calibration = calibration or (lambda: calibration_for(settings.embedding_model))
 
     def resolve(self, agent: str) -> AgentConfig:
         s = self._settings
@@ -40,7 +50,11 @@ class AgentSettings:
             "threshold": s.similarity_threshold,
             "top_k": s.top_k,
             "excerpt_k": s.excerpt_k,
-            "excerpt_threshold": s.excerpt_threshold,
+            "excerpt_threshold": (
+                s.excerpt_threshold
+                if s.excerpt_threshold is not None
+                else self._calibration().excerpt_threshold
+            ),
             "excerpt_mode": s.excerpt_mode,
             "compact_trigger": s.compact_trigger,
             "compact_keep": s.compact_keep,

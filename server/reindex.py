@@ -81,7 +81,7 @@ def rebuild_index(
         else:
             index.optimize()
         queued = queue_missing(store, index)
-        store.set_meta(ACTIVE_MODEL, model)
+        store.set_meta(ACTIVE_MODEL, encoder.name)
         return ReindexReport(
             model=model,
             table=index.name,

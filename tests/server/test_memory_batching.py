@@ -94,6 +94,9 @@ class Poisoned:
             raise RuntimeError("the encoder failed")
         return self._inner.encode(texts)
 
+    def encode_query(self, texts: Sequence[str]) -> Vectors:
+        return self.encode(texts)
+
 
 @pytest.fixture
 def lenient(tmp_path: Path, clock: FakeClock) -> Iterator[Api]:
