@@ -16,7 +16,7 @@ from embeddings.calibration import calibration_for
 from embeddings.e5 import E5Encoder, is_e5_model
 from embeddings.encoder import CachedEncoder, Encoder, SentenceEncoder
 from embeddings.hashing import hash_encoder, is_hash_model
-from embeddings.index import VectorIndex
+from embeddings.index import VectorIndex, table_name, table_names
 from server import __version__
 from server.agent_settings import AgentSettings
 from server.auth import KeyRing
@@ -39,6 +39,7 @@ from server.memory import MemoryService
 from server.routes import agents, context, keys, memories, messages, ops, search, staff
 from server.search import StaffSearch
 from server.store import Store
+from server.upgrade import Upgrade
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,38 @@ def open_space(settings: Settings, store: Store, encoder: Encoder) -> VectorSpac
     return VectorSpace(encoder=CachedEncoder(encoder), index=index)
 
 
+def _previous_space(
+    settings: Settings, store: Store, load: EncoderFactory, wanted: Encoder
+) -> VectorSpace | None:
+    """The space of the model this folder was last served with, when it differs from the
+    configured one and its table holds this folder's items: the server answers from it while
+    the configured model's table is built (server/upgrade.py). None: no upgrade to make (a new
+    folder, the same model, an empty old table, or an old model that cannot be loaded)."""
+    previous = store.meta(ACTIVE_MODEL)
+    if not previous or previous == wanted.name or store.count_sources() == 0:
+        return None
+    try:
+        encoder = load(previous)
+    except Exception:
+        log.warning(
+            "previous model %s cannot be loaded: switching to %s at once, its table"
+            " filling in the background",
+            previous,
+            wanted.name,
+            exc_info=True,
+        )
+        return None
+    if table_name(encoder.name, encoder.dim) not in table_names(settings.lance_path):
+        return None
+    space = open_space(settings, store, encoder)
+    if space.index.count() == 0:
+        return None
+    target = VectorIndex(settings.lance_path, wanted.name, wanted.dim)
+    if not target.created and target.count() == store.count_sources():
+        return None  # the configured model's table is complete already (a finished reindex)
+    return space
+
+
 def open_services(
     settings: Settings,
     *,
@@ -93,8 +126,13 @@ def open_services(
         synchronous=settings.sqlite_synchronous,
     )
     load = encoder_factory or default_encoder_factory(settings)
-    space = open_space(settings, store, load(settings.embedding_model))
-    store.set_meta(ACTIVE_MODEL, space.encoder.name)
+    wanted = load(settings.embedding_model)
+    serving = _previous_space(settings, store, load, wanted)
+    if serving is None:
+        space = open_space(settings, store, wanted)
+        store.set_meta(ACTIVE_MODEL, space.encoder.name)
+    else:  # answer from the previous model's table while the new one is built
+        space = serving
     indexer = Indexer(
         store,
         space,
@@ -117,7 +155,15 @@ def open_services(
         backoff_s=settings.compact_backoff_s,
         hooks=hooks,
     )
+    upgrade = None
+    if serving is not None:
+        target = VectorSpace(
+            encoder=CachedEncoder(wanted),
+            index=VectorIndex(settings.lance_path, wanted.name, wanted.dim),
+        )
+        upgrade = Upgrade(store, indexer, target, turn_window=settings.turn_window, hooks=hooks)
     return Services(
+        upgrade=upgrade,
         settings=settings,
         store=store,
         keys=KeyRing(store, settings.admin_key),
@@ -152,6 +198,8 @@ def create_app(
         if run_workers:
             services.indexer.start()
             services.compaction.start()
+            if services.upgrade is not None:
+                services.upgrade.start()
         log.info(
             "memory server %s ready: data in %s, model %s",
             __version__,
@@ -161,6 +209,8 @@ def create_app(
         try:
             yield
         finally:
+            if services.upgrade is not None:
+                services.upgrade.stop()
             services.compaction.stop()
             services.indexer.stop()
             services.memory.close()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from server import __version__, validation
+from server import __version__, native, validation
 from server.app import EncoderFactory, default_encoder_factory
 from server.auth import KeyRing
 from server.config import Settings, load_settings
@@ -36,6 +36,7 @@ def _serve(rt: Runtime, _: argparse.Namespace) -> int:
 
     settings = rt.settings
     _raise_open_files_limit()
+    native.limit_arenas()  # before the model and LanceDB start their threads
     uvicorn.run(
         create_app(settings, encoder_factory=rt.encoder_factory),
         host=settings.host,

@@ -17,6 +17,7 @@ from server.memories import MemoryBook
 from server.memory import MemoryService
 from server.search import StaffSearch
 from server.store import Store
+from server.upgrade import Upgrade
 
 
 @dataclass
@@ -31,6 +32,7 @@ class Services:
     compaction: Compaction
     book: MemoryBook
     search: StaffSearch
+    upgrade: Upgrade | None = None  # a model upgrade started at this start-up, if any
 
 
 def get_services(request: Request) -> Services:

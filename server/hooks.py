@@ -38,4 +38,3 @@ class Hooks:
             run()
 
         self.on(name, first)
-

@@ -21,11 +21,13 @@ from embeddings.index import (
     purge_person_from_table,
     table_names,
 )
+from server import native
 from server.hooks import Hooks
 from server.store import Memory, Message, OutboxItem, Store, Summary
 
 log = logging.getLogger(__name__)
 
+KINDS = ("turn", "fact", "summary")
 ACTIVE_MODEL = "active_model"  # meta key: the model the server should use (set by reindex)
 
 
@@ -178,6 +180,31 @@ def queue_missing(store: Store, index: VectorIndex) -> int:
     return queued
 
 
+def orphans_of(store: Store, index: VectorIndex) -> list[str]:
+    """Index rows whose source SQLite no longer holds."""
+    by_kind: dict[str, list[str]] = {kind: [] for kind in KINDS}
+    for row_id in index.all_ids():
+        kind, _, ref = row_id.partition(":")
+        by_kind.setdefault(kind, []).append(ref)
+    orphans: list[str] = []
+    for kind, refs in by_kind.items():
+        alive = store.existing_refs(kind, refs) if kind in KINDS else set()
+        orphans.extend(f"{kind}:{r}" for r in refs if r not in alive)
+    return orphans
+
+
+def source_rows(store: Store, kind: str, ids: list[str], window: int) -> list[IndexRow]:
+    """The index rows of these sources of one kind, from SQLite's current state (sources
+    gone are left out)."""
+    if kind == "turn":
+        messages = store.messages_by_ids([int(i) for i in ids]).values()
+        return turn_rows(store, list(messages), window)
+    if kind == "fact":
+        return [fact_row(m) for m in store.memories_by_ids(ids).values()]
+    found = store.summaries_of(ids)
+    return [summary_row(agent, phone, s) for agent, phone, s in found.values()]
+
+
 def _lower_priority() -> None:
     """Embedding is background work: let request threads have the CPU first. On Linux a
     thread's nice value is its own, and the model's worker threads started from this thread
@@ -227,6 +254,9 @@ class Indexer:
         # LanceDB happen under it together, so a forget elsewhere never falls in between.
         self.lock = IndexerLock(FolderWriteLock.of(space.index.path))
         self.stats = IndexerStats()
+        # A model upgrade's table while it is built (server/upgrade.py): every batch written
+        # to the table in use is written to it too, so it misses nothing that happens meanwhile.
+        self.building: VectorSpace | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -279,6 +309,7 @@ class Indexer:
         if self.space.index.writes_since_optimize:
             with self.lock:
                 self.space.index.optimize()
+            native.trim()  # what the writes freed goes back to the system (server/native.py)
 
     def _sample_lag(self) -> None:
         samples = self.stats.lag_samples
@@ -368,9 +399,12 @@ class Indexer:
         happened while embedding), write it, then acknowledge the outbox rows."""
         rows, gone = self._load(items)
         index = self.space.index
-        vectors = self._vectors(rows, embedded)
+        vectors = self._vectors(self.space, rows, embedded)
         index.upsert(rows, vectors)
         index.delete_ids(gone)
+        if (building := self.building) is not None:
+            building.index.upsert(rows, self._vectors(building, rows, {}))
+            building.index.delete_ids(gone)
         if self._before_ack is not None:
             self._before_ack()
         self._store.outbox_done([item.id for item in items])
@@ -422,11 +456,12 @@ class Indexer:
         self.stats.texts_embedded += len(texts)
         return dict(zip(texts, vectors, strict=True))
 
-    def _vectors(self, rows: Sequence[IndexRow], embedded: dict[str, Vectors]) -> Vectors:
+    def _vectors(
+        self, space: VectorSpace, rows: Sequence[IndexRow], embedded: dict[str, Vectors]
+    ) -> Vectors:
         """Reuse stored vectors where the text is the same (archiving a turn or approving a
         fact changes its status, not its text), then what was just embedded; embed the rest
         (a text that changed while the batch was being embedded)."""
-        space = self.space
         stored = space.index.get([r.id for r in rows])
         out = np.zeros((len(rows), space.encoder.dim), dtype=np.float32)
         todo = []

@@ -8,14 +8,12 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from embeddings.index import FolderWriteLock, IndexRow, VectorIndex
+from embeddings.index import FolderWriteLock, VectorIndex
 from server.app import EncoderFactory
 from server.config import Settings
 from server.hooks import Hooks
-from server.indexer import ACTIVE_MODEL, fact_row, queue_missing, summary_row, turn_rows
+from server.indexer import ACTIVE_MODEL, KINDS, orphans_of, queue_missing, source_rows
 from server.store import Store
-
-KINDS = ("turn", "fact", "summary")
 
 
 @dataclass(frozen=True)
@@ -57,14 +55,16 @@ def rebuild_index(
         )
         for kind in KINDS:
             for ids in store.iter_sources(kind, chunk):
-                texts = sorted({r.text for r in _rows(store, kind, ids, settings.turn_window)})
+                texts = sorted(
+                    {r.text for r in source_rows(store, kind, ids, settings.turn_window)}
+                )
                 vectors = dict(zip(texts, encoder.encode(texts), strict=True))
                 hooks.reach("reindex.embedded")
                 # Written from SQLite's state under the folder's write lock, which the server's
                 # indexer and a forget hold while they read and write: an edit or a forget
                 # since the read above is seen here, never overwritten with the old text.
                 with FolderWriteLock.of(settings.lance_path):
-                    rows = _rows(store, kind, ids, settings.turn_window)
+                    rows = source_rows(store, kind, ids, settings.turn_window)
                     changed = sorted({r.text for r in rows} - set(vectors))
                     if changed:
                         vectors.update(zip(changed, encoder.encode(changed), strict=True))
@@ -74,7 +74,7 @@ def rebuild_index(
                 bar.update(len(ids))
                 hooks.reach("reindex.batch_written")
         bar.close()
-        orphans = _orphans(store, index)
+        orphans = orphans_of(store, index)
         index.delete_ids(orphans)
         if orphans:
             index.purge()  # deletions made physical: an orphan may be a forgotten person's
@@ -92,26 +92,3 @@ def rebuild_index(
         )
     finally:
         store.close()
-
-
-def _orphans(store: Store, index: VectorIndex) -> list[str]:
-    """Index rows whose source SQLite no longer holds."""
-    by_kind: dict[str, list[str]] = {kind: [] for kind in KINDS}
-    for row_id in index.all_ids():
-        kind, _, ref = row_id.partition(":")
-        by_kind.setdefault(kind, []).append(ref)
-    orphans: list[str] = []
-    for kind, refs in by_kind.items():
-        alive = store.existing_refs(kind, refs) if kind in KINDS else set()
-        orphans.extend(f"{kind}:{r}" for r in refs if r not in alive)
-    return orphans
-
-
-def _rows(store: Store, kind: str, ids: list[str], window: int) -> list[IndexRow]:
-    if kind == "turn":
-        messages = store.messages_by_ids([int(i) for i in ids]).values()
-        return turn_rows(store, list(messages), window)
-    if kind == "fact":
-        return [fact_row(m) for m in store.memories_by_ids(ids).values()]
-    found = store.summaries_of(ids)
-    return [summary_row(agent, phone, s) for agent, phone, s in found.values()]

@@ -272,6 +272,18 @@ class KeyRevoked(BaseModel):
 # -- operations ---------------------------------------------------------------------------------
 
 
+class UpgradeOut(BaseModel):
+    """A model upgrade of the data folder started at this start-up (server/upgrade.py)."""
+
+    state: Literal["building", "done", "failed"]
+    source_model: str = Field(description="The model answering while the new table is built.")
+    target_model: str
+    done: int = Field(description="Items written to the new table so far.")
+    total: int
+    seconds: float
+    error: str | None = None
+
+
 class Health(BaseModel):
     status: str
     index_lag: int
@@ -281,6 +293,9 @@ class Health(BaseModel):
         False,
         description="A forget's WAL checkpoint is held off by a reader (a backup, a sqlite3"
         " shell) and is being retried: old page images may still hold forgotten text.",
+    )
+    upgrade: UpgradeOut | None = Field(
+        None, description="The data folder's move to the configured model, when one runs."
     )
 
 

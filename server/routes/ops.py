@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 
 from server import __version__
 from server.deps import PrincipalDep, ServicesDep
-from server.schemas import Health
+from server.schemas import Health, UpgradeOut
 
 router = APIRouter(tags=["operations"])
 
@@ -21,6 +23,9 @@ def health(services: ServicesDep) -> Health:
         model=services.indexer.space.encoder.name,
         version=__version__,
         erasure_pending=services.store.checkpoint_pending,
+        upgrade=(
+            UpgradeOut(**asdict(services.upgrade.status)) if services.upgrade is not None else None
+        ),
     )
 
 

@@ -15,6 +15,7 @@ def test_health(api: Api) -> None:
         "model": "fake-hash",
         "version": __version__,
         "erasure_pending": False,
+        "upgrade": None,
     }
 
 
