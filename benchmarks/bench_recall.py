@@ -55,10 +55,11 @@ if str(ROOT) not in sys.path:
 
 from tqdm import tqdm  # noqa: E402
 
+import embeddings.index as index_module  # noqa: E402
 from benchmarks.locomo import clean_dia_ids, turn_content  # noqa: E402
 from embeddings.encoder import Encoder  # noqa: E402
 from server.app import open_services  # noqa: E402
-from server.config import Settings  # noqa: E402
+from server.config import DEFAULT_MODEL, Settings  # noqa: E402
 from server.deps import Services  # noqa: E402
 from server.memory import ContextRequest  # noqa: E402
 
@@ -295,7 +296,7 @@ def ask(
             if f"facts:k{k}" not in out:
                 out[f"facts:k{k}"] = Outcome(facts, len(ctx.facts))
 
-    vector = services.indexer.space.encoder.encode([query])[0]
+    vector = services.indexer.space.encoder.encode_query([query])[0]
     cache: dict[tuple[str, float], Outcome] = {}
 
     def facts_at(threshold: float) -> Outcome:
@@ -372,7 +373,7 @@ class SingleTurns:
 
     def outcomes(self, person: Person, query: str, k: int = 10) -> dict[str, Outcome]:
         ids, vectors = self._turns[person.index]
-        scores = vectors @ self._encoder.encode([query])[0]
+        scores = vectors @ self._encoder.encode_query([query])[0]
         best = sorted(range(len(ids)), key=lambda i: -float(scores[i]))[:k]
         out = {}
         for name, floor in (("nofloor", NO_FLOOR), ("0.7", 0.7)):
@@ -473,7 +474,7 @@ def ints(text: str) -> list[int]:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="locomo10.json")
-    parser.add_argument("--model", default="all-MiniLM-L6-v2", help="embedding model")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="embedding model")
     parser.add_argument("--k", type=ints, default=[5, 10, 25], help="k values, e.g. 5,10,25")
     parser.add_argument(
         "--threshold",
@@ -490,6 +491,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None, help="write recall.json/.md/.png here")
     parser.add_argument("--compact-trigger", type=int, default=40)
     parser.add_argument("--compact-keep", type=int, default=20)
+    parser.add_argument(
+        "--keyword-analysis",
+        default=index_module.KEYWORD_ANALYSIS,
+        choices=sorted(index_module.KEYWORD_ANALYSES),
+        help="how the full-text index reads text (stemming, stop words)",
+    )
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
@@ -503,6 +510,7 @@ def main(
     argv: Sequence[str] | None = None, *, encoder_factory: EncoderFactory | None = None
 ) -> dict[str, Any]:
     args = parse_args(argv)
+    index_module.KEYWORD_ANALYSIS = args.keyword_analysis
     logging.basicConfig(level=logging.WARNING)
     samples: list[dict[str, Any]] = json.loads(Path(args.data).read_text(encoding="utf-8"))
     chosen = select_conversations(samples, args.conversations)
@@ -576,6 +584,7 @@ def main(
         "dataset": str(args.data),
         "config": {
             "model": args.model,
+            "keyword_analysis": args.keyword_analysis,
             "k": args.k,
             "modes": args.mode,
             "thresholds": args.threshold,

@@ -579,7 +579,7 @@ def context_pieces(
                 spans[name].append((time.perf_counter() - t) * 1000)
                 return out
 
-            vector = clock("query embedding", lambda q=query: space.encoder.encode([q])[0])
+            vector = clock("query embedding", lambda q=query: space.encoder.encode_query([q])[0])
             clock(
                 "facts search (LanceDB + SQLite)",
                 lambda a=agent, p=phone, v=vector, c=config: memory.search_facts(

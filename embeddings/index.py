@@ -20,6 +20,7 @@ from lancedb.index import FTS, Bitmap, BTree
 from lancedb.query import LanceVectorQueryBuilder
 
 from embeddings.encoder import Vectors, model_slug
+from embeddings.stopwords import stop_words
 
 T = TypeVar("T")
 RRF_K = 60  # the usual constant of reciprocal-rank fusion
@@ -52,9 +53,33 @@ _INDEXES: dict[str, Callable[[], Any]] = {
     "agent": Bitmap,
     "kind": Bitmap,
     "status": Bitmap,
-    "text": FTS,
-    "content": FTS,
 }
+# Full-text indexes: a turn with its neighbours (`text`) and an item's own words (`content`).
+FTS_COLUMNS = ("text", "content")
+
+# How keyword search reads text: always lower case with accents folded ("cumpleanos" finds
+# "cumpleaños"); these differ in stemming and stop words (README, "Keyword search in two
+# languages", measured with benchmarks/bench_recall.py --keyword-analysis).
+KEYWORD_ANALYSES: dict[str, dict[str, Any]] = {
+    # LanceDB's default: English stems, English stop words only.
+    "english": {"language": "English", "stem": True},
+    # English stems, English and Spanish stop words.
+    "bilingual": {"language": "English", "stem": True, "custom_stop_words": stop_words()},
+    # No stemming, English and Spanish stop words.
+    "bilingual-nostem": {"stem": False, "custom_stop_words": stop_words()},
+    # Spanish stems, English and Spanish stop words.
+    "spanish": {"language": "Spanish", "stem": True, "custom_stop_words": stop_words()},
+}
+KEYWORD_ANALYSIS = "bilingual"
+
+
+def fts_config() -> FTS:
+    return FTS(lower_case=True, ascii_folding=True, **KEYWORD_ANALYSES[KEYWORD_ANALYSIS])
+
+
+def fts_index_name(column: str) -> str:
+    """The analysis is part of the name: a table indexed another way is re-indexed."""
+    return f"{column}_fts_{KEYWORD_ANALYSIS.replace('-', '_')}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +264,11 @@ class VectorIndex:
         else:
             self._table = self._db.open_table(self.name)
         self._indexed = self._has_indexes()
+        if not self._indexed and not self.created and self._table.count_rows():
+            # Indexed with another keyword analysis (or not at all): at open, not at the
+            # first search.
+            with self._writing():
+                self._build_indexes()
         self._writes_since_optimize = 0
         self._rows_since_index_update = 0
         self._index_updated_at = time.monotonic()
@@ -365,12 +395,12 @@ class VectorIndex:
         self._writes_since_optimize = 0
 
     def _has_indexes(self) -> bool:
-        have = {tuple(i.columns) for i in self._table.list_indices()}
-        return all((column,) in have for column in _INDEXES)
+        return _has_indexes(self._table)
 
     def _build_indexes(self, *, rebuild: bool = False) -> None:
-        """Scalar indexes for the filters and the full-text index; only the missing ones unless
-        rebuild (after a purge, so no index file keeps deleted text)."""
+        """Scalar indexes for the filters and the full-text indexes; only the missing ones
+        (or those made with another keyword analysis) unless rebuild (after a purge, so no
+        index file keeps deleted text)."""
         if self._table.count_rows() == 0:
             if rebuild:  # nothing left to index: no index file may keep deleted text
                 for index in self._table.list_indices():
@@ -381,6 +411,7 @@ class VectorIndex:
         for column, make in _INDEXES.items():
             if rebuild or (column,) not in have:
                 self._table.create_index(column, config=make(), replace=True)
+        _build_fts(self._table, rebuild=rebuild)
         self._indexed = True
 
     # -- reading -----------------------------------------------------------------------------
@@ -510,11 +541,32 @@ def _purge_rows(table: Any, where: str) -> int:
         table.delete(where)
         table.to_lance().optimize.compact_files(materialize_deletions_threshold=0.0)
         table.checkout_latest()  # type: ignore[no-untyped-call]
-        for index in table.list_indices():
-            if index.index_type == "FTS":
-                table.create_index(index.columns[0], config=FTS(), replace=True)
+        if table.count_rows():
+            _build_fts(table, rebuild=True)
         table.to_lance().cleanup_old_versions(timedelta(0), delete_unverified=True)
     return count
+
+
+def _has_indexes(table: Any) -> bool:
+    indices = table.list_indices()
+    columns = {tuple(i.columns) for i in indices}
+    names = {i.name for i in indices}
+    return all((column,) in columns for column in _INDEXES) and all(
+        fts_index_name(column) in names for column in FTS_COLUMNS
+    )
+
+
+def _build_fts(table: Any, *, rebuild: bool) -> None:
+    """The full-text indexes with the current analysis; one made another way is dropped."""
+    indices = table.list_indices()
+    names = {i.name for i in indices}
+    for column in FTS_COLUMNS:
+        wanted = fts_index_name(column)
+        for index in indices:
+            if index.columns == [column] and index.name != wanted:
+                table.drop_index(index.name)
+        if rebuild or wanted not in names:
+            table.create_index(column, config=fts_config(), replace=True, name=wanted)
 
 
 def fuse(rankings: Sequence[Sequence[Hit]], k: int) -> list[Hit]:

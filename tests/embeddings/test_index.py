@@ -196,3 +196,42 @@ def test_keyword_finds_rows_the_index_has_not_folded_in(
     assert [h.row.id for h in hits] == ["turn:50"]
     index.update_indexes()
     assert [h.row.id for h in index.keyword("99120", where="agent = 'a'", k=3)] == ["turn:50"]
+
+
+SPANISH = [
+    "Mañana es mi cumpleaños y quiero una torta de chocolate",
+    "La casa de la playa está lejos de la ciudad",
+    "My son plays football on Saturdays",
+    "Los perros de mi vecina ladran toda la noche",
+]
+
+
+def test_keyword_search_folds_accents_both_ways(index: VectorIndex) -> None:
+    put(index, [row(i, t) for i, t in enumerate(SPANISH)])
+    assert [h.row.id for h in index.keyword("cumpleanos", where="agent = 'a'", k=3)] == ["turn:0"]
+    put(index, [row(9, "el cumpleanos de Javier es el sabado")])
+    found = {h.row.id for h in index.keyword("cumpleaños sábado", where="agent = 'a'", k=3)}
+    assert found == {"turn:0", "turn:9"}
+
+
+def test_stop_words_of_either_language_alone_match_nothing(index: VectorIndex) -> None:
+    put(index, [row(i, t) for i, t in enumerate(SPANISH)])
+    for query in ["de la que", "el", "esta", "está", "the of and", "de"]:
+        assert index.keyword(query, where="agent = 'a'", k=3) == [], query
+    # Spanish stop words that are English words people ask about stay searchable.
+    assert [h.row.id for h in index.keyword("son", where="agent = 'a'", k=3)] == ["turn:2"]
+
+
+def test_a_table_indexed_another_way_is_reindexed_at_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(index_module, "KEYWORD_ANALYSIS", "english")
+    first = VectorIndex(tmp_path / "lance", "fake-hash", 32)
+    put(first, [row(i, t) for i, t in enumerate(SPANISH)])
+    assert first.keyword("de", where="agent = 'a'", k=3)  # English only: "de" is a word
+    monkeypatch.setattr(index_module, "KEYWORD_ANALYSIS", "bilingual")
+    again = VectorIndex(tmp_path / "lance", "fake-hash", 32)
+    names = {i.name for i in again._table.list_indices()}
+    assert {"text_fts_bilingual", "content_fts_bilingual"} <= names
+    assert not any("fts_english" in n for n in names)
+    assert again.keyword("de", where="agent = 'a'", k=3) == []
