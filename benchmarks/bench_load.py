@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ADMIN_KEY = "bench-admin-key-0123456789"
 ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN_KEY}"}
 AGENT = "bench-agent"
+DEFAULT_MODEL = "multilingual-e5-small"  # the server's default (server/config.py)
 
 
 @dataclass
@@ -445,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--searches", type=int, default=200, help="staff searches after ingest")
     parser.add_argument(
-        "--model", default="all-MiniLM-L6-v2", help="MEMORY_EMBEDDING_MODEL (hash:64: no model)"
+        "--model", default=DEFAULT_MODEL, help="MEMORY_EMBEDDING_MODEL (hash:64: no model)"
     )
     parser.add_argument("--out", type=Path, help="folder for bench_load.json and bench_load.md")
     parser.add_argument("--keep-data", action="store_true", help="keep the server's data folder")

@@ -40,7 +40,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_load import ADMIN_HEADERS, ADMIN_KEY, free_port, start_server
 
-MODEL = os.environ.get("MEMORY_EMBEDDING_MODEL", "all-MiniLM-L6-v2")
+MODEL = os.environ.get("MEMORY_EMBEDDING_MODEL", "multilingual-e5-small")
 DIM = 384
 
 # -- realistic chat text ---------------------------------------------------------------------
@@ -204,6 +204,11 @@ class Timers:
 
 
 def load_raw_model() -> Any:
+    """The model alone, outside the server: e5's engine, or a sentence-transformers model."""
+    from embeddings.e5 import E5Encoder, is_e5_model
+
+    if is_e5_model(MODEL):
+        return E5Encoder(copies=1)
     from sentence_transformers import SentenceTransformer
 
     from embeddings.encoder import resolve_model
@@ -212,10 +217,63 @@ def load_raw_model() -> Any:
 
 
 def raw_encode(model: Any, texts: list[str]) -> np.ndarray:
+    if hasattr(model, "encode_query"):  # E5Encoder: stored texts are passages
+        return np.asarray(model.encode(texts), dtype=np.float32)
     return np.asarray(
         model.encode(texts, batch_size=64, normalize_embeddings=True, show_progress_bar=False),
         dtype=np.float32,
     )
+
+
+def rss_mib(pid: int) -> float:
+    import psutil
+
+    return round(psutil.Process(pid).memory_info().rss / 2**20, 1)
+
+
+def compare(models: list[str], argv: list[str], out: Path) -> int:
+    """The same figures for each model, one after the other in a process of its own on the same
+    machine, and a table side by side (issue 11's targets)."""
+    rows: list[dict[str, Any]] = []
+    for model in models:
+        folder = out / f"vector.{model.replace('/', '_')}"
+        command = [sys.executable, __file__, *argv, "--out", str(folder)]
+        env = {**os.environ, "MEMORY_EMBEDDING_MODEL": model}
+        print(f"== {model}", flush=True)
+        if subprocess.run(command, env=env, check=False).returncode != 0:
+            return 1
+        result = json.loads((folder / "vector.json").read_text())
+        ctx = result.get("context", {})
+        pieces = {p.get("operation"): p for p in ctx.get("pieces", []) if isinstance(p, dict)}
+        indexer = result.get("indexer", {})
+        best = max(
+            (
+                r.get("items_per_s", 0)
+                for r in indexer.get("rows", [])
+                if str(r.get("run", "")).startswith("indexer")
+            ),
+            default=0,
+        )
+        rows.append(
+            {
+                "model": model,
+                "query_embedding_p50_ms": pieces.get("query embedding", {}).get("p50_ms"),
+                "context_p50_ms": ctx.get("row", {}).get("p50_ms"),
+                "context_p99_ms": ctx.get("row", {}).get("p99_ms"),
+                "store_p50_ms": result.get("store", {}).get("row", {}).get("p50_ms"),
+                "indexer_items_per_s": best,
+                "rss_after_startup_mib": ctx.get("rss_after_startup_mib"),
+                "rss_after_queries_mib": ctx.get("rss_after_queries_mib"),
+            }
+        )
+    columns = list(rows[0])
+    lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+    lines += ["| " + " | ".join(str(r[c]) for c in columns) + " |" for r in rows]
+    text = "\n".join(lines)
+    print(text)
+    (out / "vector.compare.md").write_text(text + "\n")
+    (out / "vector.compare.json").write_text(json.dumps(rows, indent=2))
+    return 0
 
 
 def code_version() -> str:
@@ -498,6 +556,7 @@ def bench_context(args: argparse.Namespace, work: Path, model: Any) -> dict[str,
     sizes: list[tuple[int, int]] = []
     try:
         info["lag_at_start"] = health(base)["index_lag"]
+        info["rss_after_startup_mib"] = rss_mib(server.pid)
         info["memory_index_rows"] = metric(base, "memory_index_rows")
         headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
         with httpx.Client(base_url=base, headers=headers, timeout=120) as client:
@@ -520,6 +579,7 @@ def bench_context(args: argparse.Namespace, work: Path, model: Any) -> dict[str,
                     body = response.json()
                     sizes.append((len(body["facts"]), len(body["excerpts"])))
         info["lag_at_end"] = health(base)["index_lag"]
+        info["rss_after_queries_mib"] = rss_mib(server.pid)
     finally:
         stop(server)
     info["slowest_ms"] = sorted(((round(v, 1), i) for i, v in enumerate(ms)), reverse=True)[:10]
@@ -757,7 +817,22 @@ def main(argv: list[str] | None = None) -> int:
         "--turn-window", type=int, default=0, help="MEMORY_TURN_WINDOW of the indexer figure"
     )
     parser.add_argument("--keep-data", action="store_true")
+    parser.add_argument(
+        "--models",
+        default=None,
+        help="compare models, e.g. multilingual-e5-small,all-MiniLM-L6-v2 (needs --out)",
+    )
     args = parser.parse_args(argv)
+    if args.models:
+        if not args.out:
+            parser.error("--models needs --out")
+        rest = list(argv if argv is not None else sys.argv[1:])
+        for flag in ("--models", "--out"):
+            if flag in rest:
+                i = rest.index(flag)
+                del rest[i : i + 2]
+        rest = [a for a in rest if not a.startswith(("--models=", "--out="))]
+        return compare([m for m in args.models.split(",") if m], rest, args.out)
     args.batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b]
     parts = {p.strip() for p in args.parts.split(",")}
 
