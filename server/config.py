@@ -67,8 +67,9 @@ class Settings(BaseSettings):
         " value (embeddings/calibration.py).",
     )
     excerpt_mode: ExcerptMode = Field(
-        "keyword",
-        description="Excerpt retrieval: keyword (the LoCoMo winner), semantic or hybrid (RRF).",
+        "hybrid",
+        description="Excerpt retrieval: hybrid (RRF of both; finds paraphrases and exact words),"
+        " keyword or semantic.",
     )
     compact_trigger: int = Field(
         40, ge=1, description="Compact a person when more than this many turns are waiting."

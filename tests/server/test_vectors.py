@@ -138,9 +138,11 @@ def test_excerpt_settings_then_agent_then_request(api_factory: Callable[..., Api
     by_request = api.context(query="dogs", excerpt_k=5, excerpt_mode="keyword").json()
     assert len(by_request["excerpts"]) == 5
     other = api.client.get("/v1/agents/other/settings", headers=admin()).json()
+    # The server's defaults: hybrid, and the model's calibrated floor (0.0 for an uncalibrated
+    # model such as the fake one).
     assert (other["excerpt_k"], other["excerpt_mode"], other["excerpt_threshold"]) == (
         3,
-        "keyword",
+        "hybrid",
         0.0,
     )
 
