@@ -65,6 +65,13 @@ def memory(client: TestClient, phone: str, content: str) -> str:
     return str(response.json()["id"])
 
 
+def edit(client: TestClient, memory_id: str, content: str) -> None:
+    response = client.patch(
+        f"/v1/agents/{AGENT}/memories/{memory_id}", json={"content": content}, headers=admin()
+    )
+    assert response.status_code == 200, response.text
+
+
 def sources(s: Services) -> set[str]:
     """Every item SQLite holds, as index row ids."""
     return {
@@ -104,14 +111,7 @@ def test_upgrade_answers_from_the_old_table_then_switches_losing_nothing(tmp_pat
         health = client.get("/health").json()
         during["health"] = health
         turn(client, BOB, "bob is new here and likes jazz")
-        assert (
-            client.patch(
-                f"/v1/agents/{AGENT}/memories/{ids['edited']}",
-                json={"content": "Alice drinks coffee now"},
-                headers=admin(),
-            ).status_code
-            == 200
-        )
+        edit(client, ids["edited"], "Alice drinks coffee now")
         assert (
             client.delete(
                 f"/v1/agents/{AGENT}/memories/{ids['deleted']}", headers=admin()
@@ -136,14 +136,7 @@ def test_upgrade_answers_from_the_old_table_then_switches_losing_nothing(tmp_pat
         if len(chunks) == 1:  # the turns are in, the memories not yet
             traffic()
         elif len(chunks) == 2:  # the memories are in too: only the indexer can bring this
-            assert (
-                client.patch(
-                    f"/v1/agents/{AGENT}/memories/{ids['kept']}",
-                    json={"content": "Alice keeps bees and hens in the garden"},
-                    headers=admin(),
-                ).status_code
-                == 200
-            )
+            edit(client, ids["kept"], "Alice keeps bees and hens in the garden")
             services(client).indexer.drain()
 
     hooks.on("upgrade.chunk_written", after_chunk)
