@@ -205,6 +205,26 @@ def source_rows(store: Store, kind: str, ids: list[str], window: int) -> list[In
     return [summary_row(agent, phone, s) for agent, phone, s in found.values()]
 
 
+EMBED_SLICE = 64  # texts embedded between two looks at the stop flag
+
+
+class Stopping(Exception):
+    """Background work asked to stop between two slices of a batch (nothing was written)."""
+
+
+def embed_until(
+    encode: Callable[[Sequence[str]], Vectors], texts: Sequence[str], stop: threading.Event
+) -> Vectors:
+    """Embed in slices, checking `stop` between them: a shutdown does not wait for a whole
+    batch of a slow model (512 turns take 10 s or more on 2 cores)."""
+    parts = []
+    for start in range(0, len(texts), EMBED_SLICE):
+        if stop.is_set():
+            raise Stopping
+        parts.append(encode(texts[start : start + EMBED_SLICE]))
+    return np.concatenate(parts) if parts else encode(texts)
+
+
 def _lower_priority() -> None:
     """Embedding is background work: let request threads have the CPU first. On Linux a
     thread's nice value is its own, and the model's worker threads started from this thread
@@ -290,6 +310,8 @@ class Indexer:
                 done = self.run_once()
                 if done == 0:
                     self._idle_maintenance()
+            except Stopping:  # shutting down mid-batch: the rows stay in the outbox
+                break
             except Exception as exc:  # keep the loop alive; the rows stay in the outbox
                 self.stats.errors += 1
                 self.stats.last_error = repr(exc)
@@ -451,7 +473,7 @@ class Indexer:
         if not texts:
             return {}
         started = time.perf_counter()
-        vectors = space.encoder.encode_bulk(texts)
+        vectors = embed_until(space.encoder.encode_bulk, texts, self._stop)
         self.stats.embed_seconds += time.perf_counter() - started
         self.stats.texts_embedded += len(texts)
         return dict(zip(texts, vectors, strict=True))

@@ -19,12 +19,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from embeddings.encoder import Vectors
 from server.hooks import Hooks
 from server.indexer import (
     ACTIVE_MODEL,
     KINDS,
     Indexer,
+    Stopping,
     VectorSpace,
+    embed_until,
     orphans_of,
     queue_missing,
     source_rows,
@@ -105,6 +108,9 @@ class Upgrade:
     def _run_logged(self) -> None:
         try:
             self.run()
+        except Stopping:
+            self._indexer.building = None
+            log.info("model upgrade stopped at %d of %d", self._done, self._total)
         except Exception as exc:  # the old table keeps serving; a restart tries again
             self._state = "failed"
             self._error = repr(exc)
@@ -182,7 +188,10 @@ class Upgrade:
         texts = sorted(
             {r.text for r in rows if (h := have.get(r.id)) is None or h[0].text != r.text}
         )
-        vectors = dict(zip(texts, target.encoder.encode_bulk(texts), strict=True)) if texts else {}
+        vectors: dict[str, Vectors] = {}
+        if texts:
+            embedded = embed_until(target.encoder.encode_bulk, texts, self._stop)
+            vectors = dict(zip(texts, embedded, strict=True))
         with self._indexer.lock:
             rows = source_rows(self._store, kind, ids, self._window)
             have = target.index.get([r.id for r in rows])
