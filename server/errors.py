@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from embeddings.index import IndexBusy
+from server.indexer import Stopping
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +146,12 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(IndexBusy)
     async def _index_busy(_: Request, exc: IndexBusy) -> JSONResponse:
         return error_response(503, "index_busy", f"{exc}; retry shortly")
+
+    @app.exception_handler(Stopping)
+    async def _stopping(_: Request, exc: Stopping) -> JSONResponse:
+        return error_response(
+            503, "shutting_down", "the server is stopping; the write is stored and will be indexed"
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

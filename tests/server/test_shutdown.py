@@ -40,3 +40,16 @@ def test_stop_during_a_batch_returns_soon_and_keeps_the_rows(
     indexer.stop()
     assert time.monotonic() - started < 1.0  # one slice, not the whole batch
     assert api.services.store.outbox_size() == waiting  # nothing acknowledged, nothing lost
+
+
+def test_a_memory_written_while_stopping_is_stored_and_answered_503(api: Api) -> None:
+    from tests.conftest import AGENT, PHONE, admin, assert_error
+
+    api.services.indexer.stop()  # as at shutdown, with requests still in flight
+    response = api.client.post(
+        f"/v1/agents/{AGENT}/memories",
+        json={"content": "Prefers window seats", "phone": PHONE},
+        headers=admin(),
+    )
+    assert_error(response, 503, "shutting_down")
+    assert api.services.store.outbox_size() == 1  # stored, and queued for the next start
