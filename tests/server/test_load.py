@@ -17,6 +17,9 @@ from tests.live import Server
 pytestmark = pytest.mark.slow
 
 PEOPLE, TURNS, CLIENTS = 40, 30, 8
+# The first phase warms LanceDB's caches up to their bounds (more with hybrid excerpts, which
+# read the vectors and the full-text index): memory must stay flat from the second to the last.
+PHASES = 3
 
 
 def test_load_without_errors_and_with_flat_memory(tmp_path: Path) -> None:
@@ -34,7 +37,7 @@ def test_load_without_errors_and_with_flat_memory(tmp_path: Path) -> None:
         with httpx.Client(base_url=server.base, headers=headers, timeout=30) as http:
             for person in range(n, PEOPLE, CLIENTS):
                 url = f"/v1/agents/load/people/+1555{person:07d}"
-                for turn in range(phase * TURNS // 2, (phase + 1) * TURNS // 2):
+                for turn in range(phase * TURNS // PHASES, (phase + 1) * TURNS // PHASES):
                     codes = [
                         http.post(
                             f"{url}/messages",
@@ -54,7 +57,7 @@ def test_load_without_errors_and_with_flat_memory(tmp_path: Path) -> None:
                         statuses.update(codes)
 
     try:
-        for phase in (0, 1):
+        for phase in range(PHASES):
             threads = [threading.Thread(target=client, args=(n, phase)) for n in range(CLIENTS)]
             for thread in threads:
                 thread.start()
@@ -69,4 +72,4 @@ def test_load_without_errors_and_with_flat_memory(tmp_path: Path) -> None:
     assert total >= 2000
     assert set(statuses) <= {200, 201}, statuses
     assert "database is locked" not in log.read_text()
-    assert rss[1] - rss[0] < 60, f"memory grew from {rss[0]:.0f} MB to {rss[1]:.0f} MB"
+    assert rss[-1] - rss[1] < 60, f"memory after each phase: {[round(r) for r in rss]} MB"
