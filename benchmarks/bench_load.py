@@ -39,10 +39,14 @@ import httpx
 from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from server.config import DEFAULT_MODEL  # noqa: E402  (the server's default model)
+
 ADMIN_KEY = "bench-admin-key-0123456789"
 ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN_KEY}"}
 AGENT = "bench-agent"
-DEFAULT_MODEL = "multilingual-e5-small"  # the server's default (server/config.py)
 
 
 @dataclass
@@ -419,11 +423,7 @@ def run_soak(args: argparse.Namespace, argv: list[str] | None) -> int:
         f" {verdict['last_third_growth_mib']:+.0f} MiB ({verdict['last_third_mib_per_min']:+.1f}"
         f" MiB/min): {'levelled' if verdict['levelled'] else 'still growing'}."
     )
-    print(table)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "bench_load.soak.json").write_text(json.dumps(result, indent=2))
-        (args.out / "bench_load.soak.md").write_text(table + "\n")
+    write_out(args.out, "bench_load.soak", result, table)
     return 0
 
 
@@ -512,12 +512,17 @@ def main(argv: list[str] | None = None) -> int:
         f" {indexer_per_s:.0f} texts/s vs raw encode {raw_per_s:.0f} texts/s"
         f" (ratio {result['indexer_to_raw_ratio']})."
     )
-    print(table)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "bench_load.json").write_text(json.dumps(result, indent=2))
-        (args.out / "bench_load.md").write_text(table + "\n")
+    write_out(args.out, "bench_load", result, table)
     return 0
+
+
+def write_out(out: Path | None, stem: str, result: dict[str, Any], table: str) -> None:
+    """Print the table; with --out, write it and the JSON there."""
+    print(table)
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{stem}.json").write_text(json.dumps(result, indent=2))
+        (out / f"{stem}.md").write_text(table + "\n")
 
 
 if __name__ == "__main__":

@@ -77,11 +77,12 @@ def open_space(settings: Settings, store: Store, encoder: Encoder) -> VectorSpac
 
 def _previous_space(
     settings: Settings, store: Store, load: EncoderFactory, wanted: Encoder
-) -> VectorSpace | None:
+) -> tuple[VectorSpace, VectorIndex] | None:
     """The space of the model this folder was last served with, when it differs from the
     configured one and its table holds this folder's items: the server answers from it while
     the configured model's table is built (server/upgrade.py). None: no upgrade to make (a new
-    folder, the same model, an empty old table, or an old model that cannot be loaded)."""
+    folder, the same model, an empty old table, or an old model that cannot be loaded). With
+    it, the configured model's table, opened to see whether it is complete already."""
     previous = store.meta(ACTIVE_MODEL)
     if not previous or previous == wanted.name or store.count_sources() == 0:
         return None
@@ -104,7 +105,7 @@ def _previous_space(
     target = VectorIndex(settings.lance_path, wanted.name, wanted.dim)
     if not target.created and target.count() == store.count_sources():
         return None  # the configured model's table is complete already (a finished reindex)
-    return space
+    return space, target
 
 
 def open_services(
@@ -132,7 +133,7 @@ def open_services(
         space = open_space(settings, store, wanted)
         store.set_meta(ACTIVE_MODEL, space.encoder.name)
     else:  # answer from the previous model's table while the new one is built
-        space = serving
+        space = serving[0]
     indexer = Indexer(
         store,
         space,
@@ -157,10 +158,7 @@ def open_services(
     )
     upgrade = None
     if serving is not None:
-        target = VectorSpace(
-            encoder=CachedEncoder(wanted),
-            index=VectorIndex(settings.lance_path, wanted.name, wanted.dim),
-        )
+        target = VectorSpace(encoder=CachedEncoder(wanted), index=serving[1])
         upgrade = Upgrade(store, indexer, target, turn_window=settings.turn_window, hooks=hooks)
     return Services(
         upgrade=upgrade,
