@@ -264,11 +264,14 @@ def ask(
             turns |= person.fact_turns.get(mid, frozenset())
         return frozenset(turns)
 
-    # The server's defaults (12,000-character budget, keyword excerpts k=10, facts k=10 at 0.7).
+    # The server's defaults (12,000-character budget, hybrid excerpts k=15, facts k=10 at 0.7).
     default = memory.build_context(AGENT, phone, ContextRequest(query=query))
     d_turns = frozenset(m.id for m in default.history) | frozenset(e.id for e in default.excerpts)
     d_facts = fact_cover([f.id for f in default.facts])
     out["default"] = Outcome(d_turns | d_facts, len(d_turns) + len(default.facts))
+    # The two targets: history + excerpts, and facts, each with the server's defaults.
+    out["default:turns"] = Outcome(d_turns, len(d_turns))
+    out["default:facts"] = Outcome(d_facts, len(default.facts))
     history: frozenset[int] = frozenset()
 
     for mode in modes:
@@ -350,7 +353,7 @@ def summarise(
 
 
 def table_methods(ks: Sequence[int], modes: Sequence[str]) -> list[str]:
-    names = ["seed", "history", "default"]
+    names = ["seed", "history", "default", "default:turns", "default:facts"]
     names += [f"turns:{m}:k{k}" for m in modes for k in ks]
     names += [f"facts:k{k}" for k in ks]
     names += [f"context:{m}:k{k}" for m in modes for k in ks]

@@ -17,6 +17,8 @@ from embeddings.encoder import BUNDLED_NAMES
 class Calibration:
     duplicate_threshold: float  # two facts whose symmetric cosine reaches this say the same
     excerpt_threshold: float  # semantic excerpts below this cosine to the question are dropped
+    # hybrid search: fused = weight * cosine + (1 - weight) * bm25 / (bm25 + 5)
+    semantic_weight: float = 0.7
 
 
 # benchmarks/results/bench_thresholds.md (222 labelled fact pairs; LoCoMo and the multilingual
@@ -25,8 +27,10 @@ class Calibration:
 # lowest with no false merge on the pairs, not the best F1; e5 puts facts that differ in one
 # value at 0.94 on average and as high as 0.98, so only near-identical facts merge. Excerpts:
 # the highest 0.05 step that keeps at least 95 % of evidence turns on both sets.
-E5_SMALL = Calibration(duplicate_threshold=0.985, excerpt_threshold=0.70)
-MINILM = Calibration(duplicate_threshold=0.98, excerpt_threshold=0.0)
+# Hybrid weight: the sweep of "Choosing the excerpt default" in benchmarks/README.md (LoCoMo
+# and the multilingual set, history + 15 excerpts).
+E5_SMALL = Calibration(duplicate_threshold=0.985, excerpt_threshold=0.70, semantic_weight=0.7)
+MINILM = Calibration(duplicate_threshold=0.98, excerpt_threshold=0.0, semantic_weight=0.7)
 # Another sentence-transformers model: no sweep of ours, so the most conservative values (a
 # duplicate must be near-identical; no excerpt floor).
 OTHER = Calibration(duplicate_threshold=0.985, excerpt_threshold=0.0)

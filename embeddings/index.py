@@ -23,7 +23,12 @@ from embeddings.encoder import Vectors, model_slug
 from embeddings.stopwords import stop_words
 
 T = TypeVar("T")
-RRF_K = 60  # the usual constant of reciprocal-rank fusion
+# Hybrid search fuses scores, not ranks: weight * cosine + (1 - weight) * bm25 / (bm25 + scale).
+# Reciprocal-rank fusion gives the semantic list's 10th guess as much as the keyword list's
+# 10th exact match; keeping the scores lets a strong keyword match lead and the cosine order
+# the rest (benchmarks/README.md, "Choosing the excerpt default": LoCoMo +11 points over RRF at
+# k = 15, the multilingual set level). The weight is per model (embeddings/calibration.py).
+BM25_SCALE = 5.0
 
 # LanceDB caches what it opened (manifests, fragment and deletion metadata, index pages) by
 # file, and every write makes new files: with its default bounds (6 GB of index pages, 1 GB of
@@ -100,6 +105,14 @@ class IndexRow:
     task_id: str = ""
     graph_id: str = ""
     content: str = ""  # the item's own words, for keyword search on them alone ("": = text)
+
+
+def vector_text(row: IndexRow) -> str:
+    """What a row's vector is made from: the item's own words. A turn's neighbours help
+    keyword search find a short reply ("yes, the blue one") but blur what the turn itself
+    means, so they are in `text` and not in the vector (benchmarks/README.md, "Choosing the
+    excerpt default")."""
+    return row.content or row.text
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,22 +228,29 @@ def quote(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-SCHEMA_VERSION = 3  # part of the table name: a new schema never meets an old table
+# Part of the table name: a new schema, or vectors made from other text, never meet an old
+# table. 4: a turn's vector is its own words (3: the turn with its neighbours). A folder
+# served from a table of a readable older version is moved to the current one in the
+# background (server/upgrade.py), answering from the old table meanwhile.
+SCHEMA_VERSION = 4
+READABLE_VERSIONS = (4, 3)  # newest first; same columns, so this code can serve from them
 
 
-def table_name(model: str, dim: int) -> str:
-    return f"memory_v{SCHEMA_VERSION}_{model_slug(model)}_{dim}"
+def table_name(model: str, dim: int, version: int = SCHEMA_VERSION) -> str:
+    return f"memory_v{version}_{model_slug(model)}_{dim}"
 
 
 class VectorIndex:
     """Items of every agent in one LanceDB table named after the model and its dimension."""
 
-    def __init__(self, path: Path, model: str, dim: int) -> None:
+    def __init__(self, path: Path, model: str, dim: int, *, name: str | None = None) -> None:
+        """The model's current table, or `name` (a table of an older version, still served
+        while its successor is built)."""
         path.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.model = model
         self.dim = dim
-        self.name = table_name(model, dim)
+        self.name = name or table_name(model, dim)
         self._db = self._connect()
         self._folder_lock = FolderWriteLock.of(path)
         self._files = SharedLock()  # readers versus whoever deletes old files
@@ -494,17 +514,22 @@ class VectorIndex:
         k: int,
         min_score: float | None = None,
         column: str = "text",
+        semantic_weight: float = 0.7,
     ) -> list[Hit]:
-        """Semantic and keyword (on `column`) results fused by reciprocal rank; the score is
-        the fused one."""
-        depth = max(k * 3, 20)
-        return fuse(
-            [
-                self.search(vector, where=where, k=depth, min_score=min_score),
-                self.keyword(text, where=where, k=depth, column=column),
-            ],
-            k,
-        )
+        """Semantic and keyword (on `column`) results fused by score (see fuse_scores); the
+        score is the fused one, between 0 and 1. A keyword match outside the semantic list
+        gets its own cosine from its stored vector, so both halves score every candidate."""
+        if k <= 0:
+            return []
+        depth = max(k * 2, 30)
+        semantic = self.search(vector, where=where, k=depth, min_score=min_score)
+        keyword = self.keyword(text, where=where, k=depth, column=column)
+        cosines = {h.row.id: h.score for h in semantic}
+        missing = [h.row.id for h in keyword if h.row.id not in cosines]
+        query = np.asarray(vector, dtype=np.float32)
+        for row_id, (_, stored) in self.get(missing).items():
+            cosines[row_id] = float(stored @ query)
+        return fuse_scores(semantic, keyword, cosines, k, semantic_weight=semantic_weight)
 
     def data_files(self) -> list[Path]:
         return [p for p in (self.path / f"{self.name}.lance").rglob("*") if p.is_file()]
@@ -569,14 +594,30 @@ def _build_fts(table: Any, *, rebuild: bool) -> None:
             table.create_index(column, config=fts_config(), replace=True, name=wanted)
 
 
-def fuse(rankings: Sequence[Sequence[Hit]], k: int) -> list[Hit]:
-    """Reciprocal-rank fusion: each list adds 1 / (60 + rank) to an item's score."""
-    scores: dict[str, float] = {}
+def fuse_scores(
+    semantic: Sequence[Hit],
+    keyword: Sequence[Hit],
+    cosines: dict[str, float],
+    k: int,
+    *,
+    semantic_weight: float,
+    scale: float = BM25_SCALE,
+) -> list[Hit]:
+    """weight * cosine + (1 - weight) * bm25 / (bm25 + scale) over the union of both lists.
+    BM25 is squashed into [0, 1) by its own size, not by the best hit of the query, so one
+    weak shared word stays weak; an item no keyword matched adds nothing from that half."""
     rows: dict[str, IndexRow] = {}
-    for ranking in rankings:
-        for rank, hit in enumerate(ranking, start=1):
-            scores[hit.row.id] = scores.get(hit.row.id, 0.0) + 1.0 / (RRF_K + rank)
-            rows[hit.row.id] = hit.row
+    bm25: dict[str, float] = {}
+    for hit in semantic:
+        rows[hit.row.id] = hit.row
+    for hit in keyword:
+        rows[hit.row.id] = hit.row
+        bm25[hit.row.id] = max(hit.score, 0.0)
+    scores = {
+        i: semantic_weight * cosines.get(i, 0.0)
+        + (1.0 - semantic_weight) * (bm25[i] / (bm25[i] + scale) if i in bm25 else 0.0)
+        for i in rows
+    }
     best = sorted(scores, key=lambda i: (-scores[i], i))[:k]
     return [Hit(rows[i], scores[i]) for i in best]
 

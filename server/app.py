@@ -16,7 +16,7 @@ from embeddings.calibration import calibration_for
 from embeddings.e5 import E5Encoder, is_e5_model
 from embeddings.encoder import CachedEncoder, Encoder, SentenceEncoder
 from embeddings.hashing import hash_encoder, is_hash_model
-from embeddings.index import VectorIndex, table_name, table_names
+from embeddings.index import READABLE_VERSIONS, VectorIndex, table_name, table_names
 from server import __version__
 from server.agent_settings import AgentSettings
 from server.auth import KeyRing
@@ -32,7 +32,7 @@ from server.errors import (
     install_error_handlers,
 )
 from server.hooks import Hooks
-from server.indexer import ACTIVE_MODEL, Indexer, VectorSpace, queue_missing
+from server.indexer import ACTIVE_MODEL, ACTIVE_TABLE, Indexer, VectorSpace, queue_missing
 from server.llm import OpenAICompatible
 from server.memories import MemoryBook
 from server.memory import MemoryService
@@ -58,12 +58,14 @@ def default_encoder_factory(settings: Settings) -> EncoderFactory:
     return load
 
 
-def open_space(settings: Settings, store: Store, encoder: Encoder) -> VectorSpace:
+def open_space(
+    settings: Settings, store: Store, encoder: Encoder, *, name: str | None = None
+) -> VectorSpace:
     """The model's own table. A new table is filled from SQLite in the background through the
     outbox, so changing the model never mixes vectors; a table that differs from SQLite (it
     missed writes while another model was active, or while a reindex built it under traffic)
     gets what it lacks queued."""
-    index = VectorIndex(settings.lance_path, encoder.name, encoder.dim)
+    index = VectorIndex(settings.lance_path, encoder.name, encoder.dim, name=name)
     if index.created:
         queued = store.enqueue_everything()
     elif index.count() != store.count_sources():
@@ -75,36 +77,56 @@ def open_space(settings: Settings, store: Store, encoder: Encoder) -> VectorSpac
     return VectorSpace(encoder=CachedEncoder(encoder), index=index)
 
 
+def _serving_table(store: Store, model: str, dim: int, present: set[str]) -> str | None:
+    """The table this folder was last served from: as recorded, or (a folder from before the
+    record) the newest readable table of its model."""
+    recorded = store.meta(ACTIVE_TABLE)
+    if recorded:
+        return recorded if recorded in present else None
+    for version in READABLE_VERSIONS:
+        if table_name(model, dim, version) in present:
+            return table_name(model, dim, version)
+    return None
+
+
 def _previous_space(
     settings: Settings, store: Store, load: EncoderFactory, wanted: Encoder
 ) -> tuple[VectorSpace, VectorIndex] | None:
-    """The space of the model this folder was last served with, when it differs from the
-    configured one and its table holds this folder's items: the server answers from it while
-    the configured model's table is built (server/upgrade.py). None: no upgrade to make (a new
-    folder, the same model, an empty old table, or an old model that cannot be loaded). With
-    it, the configured model's table, opened to see whether it is complete already."""
+    """The space this folder was last served from, when it is not the configured model's
+    current table (another model, or the same model's table of an older version) and it holds
+    this folder's items: the server answers from it while the current table is built
+    (server/upgrade.py). None: no upgrade to make (a new folder, the current table already,
+    an empty old table, or an old model that cannot be loaded). With it, the current table,
+    opened to see whether it is complete already."""
     previous = store.meta(ACTIVE_MODEL)
-    if not previous or previous == wanted.name or store.count_sources() == 0:
+    if not previous or store.count_sources() == 0:
         return None
-    try:
-        encoder = load(previous)
-    except Exception:
-        log.warning(
-            "previous model %s cannot be loaded: switching to %s at once, its table"
-            " filling in the background",
-            previous,
-            wanted.name,
-            exc_info=True,
-        )
+    wanted_table = table_name(wanted.name, wanted.dim)
+    if previous == wanted.name:
+        encoder = wanted
+    else:
+        try:
+            encoder = load(previous)
+        except Exception:
+            log.warning(
+                "previous model %s cannot be loaded: switching to %s at once, its table"
+                " filling in the background",
+                previous,
+                wanted.name,
+                exc_info=True,
+            )
+            return None
+    present = set(table_names(settings.lance_path))
+    serving = _serving_table(store, encoder.name, encoder.dim, present)
+    if serving is None or serving == wanted_table:
         return None
-    if table_name(encoder.name, encoder.dim) not in table_names(settings.lance_path):
-        return None
-    space = open_space(settings, store, encoder)
+    space = open_space(settings, store, encoder, name=serving)
     if space.index.count() == 0:
         return None
     target = VectorIndex(settings.lance_path, wanted.name, wanted.dim)
     if not target.created and target.count() == store.count_sources():
         return None  # the configured model's table is complete already (a finished reindex)
+    store.set_meta(ACTIVE_TABLE, serving)  # a restart during the build serves from it again
     return space, target
 
 
@@ -132,6 +154,7 @@ def open_services(
     if serving is None:
         space = open_space(settings, store, wanted)
         store.set_meta(ACTIVE_MODEL, space.encoder.name)
+        store.set_meta(ACTIVE_TABLE, space.index.name)
     else:  # answer from the previous model's table while the new one is built
         space = serving[0]
     indexer = Indexer(

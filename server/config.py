@@ -58,7 +58,7 @@ class Settings(BaseSettings):
     similarity_threshold: float = Field(
         0.7, ge=-1.0, le=1.0, description="Default cosine floor for facts in a context."
     )
-    excerpt_k: int = Field(10, ge=0, description="Default number of archived-turn excerpts.")
+    excerpt_k: int = Field(15, ge=0, description="Default number of archived-turn excerpts.")
     excerpt_threshold: float | None = Field(
         None,
         ge=-1.0,
@@ -68,8 +68,8 @@ class Settings(BaseSettings):
     )
     excerpt_mode: ExcerptMode = Field(
         "hybrid",
-        description="Excerpt retrieval: hybrid (RRF of both; finds paraphrases and exact words),"
-        " keyword or semantic.",
+        description="Excerpt retrieval: hybrid (scores of both fused; finds paraphrases and exact"
+        " words), keyword or semantic.",
     )
     compact_trigger: int = Field(
         40, ge=1, description="Compact a person when more than this many turns are waiting."
@@ -95,10 +95,11 @@ class Settings(BaseSettings):
         " English only), another sentence-transformers name, or a local folder.",
     )
     turn_window: int = Field(
-        1,
+        2,
         ge=0,
         le=5,
-        description="Turns indexed with this many neighbours each side (0: the turn alone).",
+        description="Keyword text of a turn: with this many neighbours each side (0: the turn"
+        " alone). The vector is always the turn's own words.",
     )
     embedding_batch_size: int = Field(64, ge=1, description="Texts per embedding batch.")
     indexer_batch_size: int = Field(512, ge=1, description="Outbox rows the indexer takes at once.")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from embeddings.calibration import calibration_for
 from embeddings.encoder import CachedEncoder, Vectors
 from embeddings.index import (
     FolderWriteLock,
@@ -20,6 +21,7 @@ from embeddings.index import (
     VectorIndex,
     purge_person_from_table,
     table_names,
+    vector_text,
 )
 from server import native
 from server.hooks import Hooks
@@ -29,6 +31,7 @@ log = logging.getLogger(__name__)
 
 KINDS = ("turn", "fact", "summary")
 ACTIVE_MODEL = "active_model"  # meta key: the model the server should use (set by reindex)
+ACTIVE_TABLE = "active_table"  # meta key: the table it answers from (its version included)
 
 
 @dataclass
@@ -65,7 +68,7 @@ class VectorSpace:
         own_words: bool = False,
     ) -> list[Hit]:
         """semantic (cosine, floored by min_score), keyword (full text) or hybrid (both, fused
-        by reciprocal rank). The query is embedded unless its vector is given. Keyword search
+        by score). The query is embedded unless its vector is given. Keyword search
         reads a turn with its neighbours (what a reply is about), or with own_words only what
         the turn itself says: the turn with the order number, not the one before it."""
         column = "content" if own_words else "text"
@@ -75,7 +78,13 @@ class VectorSpace:
             vector = self.encoder.encode_query([query])[0]
         if mode == "hybrid":
             return self.index.hybrid(
-                vector, query, where=where, k=k, min_score=min_score, column=column
+                vector,
+                query,
+                where=where,
+                k=k,
+                min_score=min_score,
+                column=column,
+                semantic_weight=calibration_for(self.encoder.name).semantic_weight,
             )
         return self.index.search(vector, where=where, k=k, min_score=min_score)
 
@@ -97,12 +106,12 @@ def turn_row(message: Message, text: str | None = None) -> IndexRow:
 
 
 def turn_text(store: Store, message: Message, window: int) -> str:
-    """The turn with up to `window` turns of the same conversation before and after it.
-    Neighbours carry what a reply is about ("yes, in June!"); see benchmarks/README.md for
-    what they do to recall on LoCoMo. The turn's own words come first (a long window is cut
-    at the model's limit from the end) and once more in place, so they weigh double: the
-    turn that says it ranks above the turns next to it. Turns after it exist once it is
-    archived, which is when excerpts can find it."""
+    """A turn's keyword text: the turn with up to `window` turns of the same conversation
+    before and after it. Neighbours carry what a reply is about ("yes, in June!"); see
+    benchmarks/README.md for what they do to recall on LoCoMo. The turn's own words come first
+    and once more in place, so they weigh double: the turn that says it ranks above the turns
+    next to it. Turns after it exist once it is archived, which is when excerpts can find it.
+    The vector is made from the own words alone (embeddings.index.vector_text)."""
     if window <= 0:
         return message.content
     before, after = store.neighbours(message, window)
@@ -468,7 +477,11 @@ class Indexer:
         """Vectors of the texts the index does not hold yet, by text (no lock held)."""
         stored = space.index.get([r.id for r in rows])
         texts = sorted(
-            {r.text for r in rows if (h := stored.get(r.id)) is None or h[0].text != r.text}
+            {
+                vector_text(r)
+                for r in rows
+                if (h := stored.get(r.id)) is None or vector_text(h[0]) != vector_text(r)
+            }
         )
         if not texts:
             return {}
@@ -481,24 +494,25 @@ class Indexer:
     def _vectors(
         self, space: VectorSpace, rows: Sequence[IndexRow], embedded: dict[str, Vectors]
     ) -> Vectors:
-        """Reuse stored vectors where the text is the same (archiving a turn or approving a
-        fact changes its status, not its text), then what was just embedded; embed the rest
-        (a text that changed while the batch was being embedded)."""
+        """Reuse stored vectors where the embedded words are the same (archiving a turn or
+        approving a fact changes its status, not its words; a turn's new neighbour changes its
+        keyword text, not its vector), then what was just embedded; embed the rest (a text that
+        changed while the batch was being embedded)."""
         stored = space.index.get([r.id for r in rows])
         out = np.zeros((len(rows), space.encoder.dim), dtype=np.float32)
         todo = []
         for i, row in enumerate(rows):
             have = stored.get(row.id)
-            if have is not None and have[0].text == row.text:
+            if have is not None and vector_text(have[0]) == vector_text(row):
                 out[i] = have[1]
                 self.stats.vectors_reused += 1
-            elif row.text in embedded:
-                out[i] = embedded[row.text]
+            elif vector_text(row) in embedded:
+                out[i] = embedded[vector_text(row)]
             else:
                 todo.append(i)
         if todo:
             started = time.perf_counter()
-            fresh = space.encoder.encode_bulk([rows[i].text for i in todo])
+            fresh = space.encoder.encode_bulk([vector_text(rows[i]) for i in todo])
             self.stats.embed_seconds += time.perf_counter() - started
             out[todo] = fresh
             self.stats.texts_embedded += len(todo)
@@ -522,10 +536,14 @@ class Indexer:
             return removed
 
     def _follow_active_model(self) -> None:
-        """`memory-server reindex --model M` marks M active when its table is built; switch."""
+        """`memory-server reindex --model M` marks M (and its table) active when the table is
+        built; switch."""
         wanted = self._store.meta(ACTIVE_MODEL)
-        if not wanted or wanted == self.space.encoder.name or self._switch_to is None:
+        table = self._store.meta(ACTIVE_TABLE)
+        if not wanted or self._switch_to is None:
             return
+        if wanted == self.space.encoder.name and table in (None, self.space.index.name):
+            return  # (the same model's table of a newer version: a reindex built it)
         try:
             space = self._switch_to(wanted)
         except Exception as exc:
@@ -535,4 +553,5 @@ class Indexer:
             return
         with self.lock:
             self.space = space
+            self._store.set_meta(ACTIVE_TABLE, space.index.name)
         log.info("switched to model %s (table %s)", wanted, space.index.name)

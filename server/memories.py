@@ -155,7 +155,7 @@ class MemoryBook:
 
     def search(self, agent: str, q: MemoryQuery) -> list[Scored]:
         """Best first: cosine at or above the threshold (semantic), full text (keyword), or
-        both fused by reciprocal rank (hybrid). Filters apply inside LanceDB; metadata, which
+        both fused by score (hybrid). Filters apply inside LanceDB; metadata, which
         the index does not hold, is checked on a wider candidate set."""
         depth = q.limit if not q.metadata else min(1000, q.limit * 20)
         hits = self._indexer.space.retrieve(

@@ -8,11 +8,18 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from embeddings.index import FolderWriteLock, VectorIndex
+from embeddings.index import FolderWriteLock, VectorIndex, vector_text
 from server.app import EncoderFactory
 from server.config import Settings
 from server.hooks import Hooks
-from server.indexer import ACTIVE_MODEL, KINDS, orphans_of, queue_missing, source_rows
+from server.indexer import (
+    ACTIVE_MODEL,
+    ACTIVE_TABLE,
+    KINDS,
+    orphans_of,
+    queue_missing,
+    source_rows,
+)
 from server.store import Store
 
 
@@ -56,7 +63,7 @@ def rebuild_index(
         for kind in KINDS:
             for ids in store.iter_sources(kind, chunk):
                 texts = sorted(
-                    {r.text for r in source_rows(store, kind, ids, settings.turn_window)}
+                    {vector_text(r) for r in source_rows(store, kind, ids, settings.turn_window)}
                 )
                 vectors = dict(zip(texts, encoder.encode(texts), strict=True))
                 hooks.reach("reindex.embedded")
@@ -65,11 +72,11 @@ def rebuild_index(
                 # since the read above is seen here, never overwritten with the old text.
                 with FolderWriteLock.of(settings.lance_path):
                     rows = source_rows(store, kind, ids, settings.turn_window)
-                    changed = sorted({r.text for r in rows} - set(vectors))
+                    changed = sorted({vector_text(r) for r in rows} - set(vectors))
                     if changed:
                         vectors.update(zip(changed, encoder.encode(changed), strict=True))
                     if rows:
-                        index.upsert(rows, np.stack([vectors[r.text] for r in rows]))
+                        index.upsert(rows, np.stack([vectors[vector_text(r)] for r in rows]))
                 written += len(rows)
                 bar.update(len(ids))
                 hooks.reach("reindex.batch_written")
@@ -82,6 +89,7 @@ def rebuild_index(
             index.optimize()
         queued = queue_missing(store, index)
         store.set_meta(ACTIVE_MODEL, encoder.name)
+        store.set_meta(ACTIVE_TABLE, index.name)
         return ReindexReport(
             model=model,
             table=index.name,

@@ -20,9 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from embeddings.encoder import Vectors
+from embeddings.index import vector_text
 from server.hooks import Hooks
 from server.indexer import (
     ACTIVE_MODEL,
+    ACTIVE_TABLE,
     KINDS,
     Indexer,
     Stopping,
@@ -168,6 +170,7 @@ class Upgrade:
             self._indexer.space = target
             self._indexer.building = None
             self._store.set_meta(ACTIVE_MODEL, target.encoder.name)
+            self._store.set_meta(ACTIVE_TABLE, target.index.name)
             self._done = self._total = self._store.count_sources()  # all in, whatever changed
         self._state = "done"
         self._finished = time.monotonic()
@@ -186,7 +189,7 @@ class Upgrade:
         rows = source_rows(self._store, kind, ids, self._window)
         have = target.index.get([r.id for r in rows])
         texts = sorted(
-            {r.text for r in rows if (h := have.get(r.id)) is None or h[0].text != r.text}
+            {vector_text(r) for r in rows if (h := have.get(r.id)) is None or h[0].text != r.text}
         )
         vectors: dict[str, Vectors] = {}
         if texts:
@@ -196,8 +199,8 @@ class Upgrade:
             rows = source_rows(self._store, kind, ids, self._window)
             have = target.index.get([r.id for r in rows])
             todo = [r for r in rows if (h := have.get(r.id)) is None or h[0].text != r.text]
-            late = sorted({r.text for r in todo} - set(vectors))
+            late = sorted({vector_text(r) for r in todo} - set(vectors))
             if late:  # edited since the read above
                 vectors.update(zip(late, target.encoder.encode_bulk(late), strict=True))
             if todo:
-                target.index.upsert(todo, np.stack([vectors[r.text] for r in todo]))
+                target.index.upsert(todo, np.stack([vectors[vector_text(r)] for r in todo]))

@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 
 import embeddings.index as index_module
-from embeddings.index import IndexRow, VectorIndex, fuse, quote, table_name, table_names
+from embeddings.index import (
+    IndexRow,
+    VectorIndex,
+    fuse_scores,
+    quote,
+    table_name,
+    table_names,
+)
 from tests.fakes import HashEncoder
 
 ENC = HashEncoder(dim=32)
@@ -107,12 +114,33 @@ def test_quotes_in_filters_are_escaped(index: VectorIndex) -> None:
     assert index.count(f"agent = {quote(chr(39).join(['o', 'brien']))}") == 1
 
 
-def test_fuse_ranks_items_found_by_both_first() -> None:
-    a, b, c = (row(i, t) for i, t in enumerate(TEXTS[:3]))
+def test_fused_scores_let_a_strong_keyword_match_lead_and_cosine_order_the_rest() -> None:
+    a, b, c, d = (row(i, t) for i, t in enumerate(TEXTS[:4]))
     from embeddings.index import Hit
 
-    fused = fuse([[Hit(a, 0.9), Hit(b, 0.8)], [Hit(b, 3.0), Hit(c, 2.0)]], k=3)
-    assert [h.row.id for h in fused] == [b.id, a.id, c.id]
+    semantic = [Hit(a, 0.90), Hit(b, 0.85), Hit(c, 0.80)]
+    keyword = [Hit(c, 12.0), Hit(d, 0.5)]  # c: many shared words; d: one weak one
+    cosines = {a.id: 0.90, b.id: 0.85, c.id: 0.80, d.id: 0.60}
+    fused = fuse_scores(semantic, keyword, cosines, k=4, semantic_weight=0.7)
+    assert [h.row.id for h in fused] == [c.id, a.id, b.id, d.id]
+    # 0.7 * 0.80 + 0.3 * 12 / 17; a weak match adds little: 0.7 * 0.60 + 0.3 * 0.5 / 5.5
+    assert fused[0].score == pytest.approx(0.56 + 0.3 * 12 / 17)
+    assert fused[-1].score == pytest.approx(0.42 + 0.3 * 0.5 / 5.5)
+    cosine_only = fuse_scores(semantic, keyword, cosines, k=1, semantic_weight=1.0)
+    assert [h.row.id for h in cosine_only] == [a.id]
+
+
+def test_hybrid_scores_a_keyword_match_outside_the_semantic_list_by_its_own_vector(
+    index: VectorIndex,
+) -> None:
+    put(index, [row(i, t) for i, t in enumerate(TEXTS)])
+    query = ENC.encode(["48213"])[0]
+    hits = index.hybrid(query, "48213", where="kind = 'turn'", k=1, min_score=0.999)
+    # The cosine floor leaves the semantic list empty; the keyword match keeps its cosine.
+    stored = index.get(["turn:2"])["turn:2"][1]
+    bm25 = index.keyword("48213", where="kind = 'turn'", k=1)[0].score
+    assert [h.row.ref_id for h in hits] == ["2"]
+    assert hits[0].score == pytest.approx(0.7 * float(stored @ query) + 0.3 * bm25 / (bm25 + 5))
 
 
 def test_delete_then_purge_leaves_no_old_version_holding_the_row(index: VectorIndex) -> None:

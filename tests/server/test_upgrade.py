@@ -3,6 +3,8 @@ table while the new one is built, then switches, and loses nothing written meanw
 
 from __future__ import annotations
 
+import shutil
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -10,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
@@ -18,7 +21,7 @@ from embeddings.index import VectorIndex, table_name
 from server.app import create_app
 from server.deps import Services
 from server.hooks import Hooks
-from server.indexer import ACTIVE_MODEL, KINDS
+from server.indexer import ACTIVE_MODEL, ACTIVE_TABLE, KINDS
 from tests.conftest import AGENT, admin, make_settings
 from tests.fakes import fake_factory
 
@@ -210,6 +213,49 @@ def test_an_interrupted_upgrade_resumes_and_skips_what_is_in(tmp_path: Path) -> 
         assert embedded <= s.upgrade.status.total - first  # the first chunk is not redone
         assert s.indexer.space.encoder.name == NEW
         assert set(table(data, NEW, 48).all_ids()) == sources(s)
+
+
+def test_a_table_of_the_previous_version_is_rebuilt_with_own_word_vectors(
+    tmp_path: Path,
+) -> None:
+    """A folder from before version 4 (turn vectors made from the turn with its neighbours,
+    no record of the table served) moves to the same model's current table like an upgrade."""
+    data = tmp_path / "data"
+    with served(data, OLD) as client:
+        ids = fill(client)
+        services(client).indexer.drain()
+    current = table(data, OLD, 32)
+    got = current.get(current.all_ids())
+    rows = [row for row, _ in got.values()]
+    legacy_name = table_name(OLD, 32, version=3)
+    legacy = VectorIndex(data / "lance", OLD, 32, name=legacy_name)
+    legacy.upsert(rows, fake_factory(OLD).encode([r.text for r in rows]))  # the old vectors
+    shutil.rmtree(data / "lance" / f"{current.name}.lance")
+    with sqlite3.connect(data / "memory.db") as conn:
+        conn.execute("DELETE FROM meta WHERE key = ?", (ACTIVE_TABLE,))
+
+    with served(data, OLD) as client:
+        s = services(client)
+        assert s.upgrade is not None
+        assert s.indexer.space.index.name == legacy_name  # answering from the old table
+        assert s.store.meta(ACTIVE_TABLE) == legacy_name
+        search = client.post(
+            f"/v1/agents/{AGENT}/memories/search",
+            json={"query": "Alice keeps bees in the garden", "threshold": 0.5},
+            headers=admin(),
+        ).json()["items"]
+        assert search[0]["id"] == ids["kept"]
+        s.upgrade.run()
+        assert s.indexer.space.index.name == table_name(OLD, 32)
+        assert s.store.meta(ACTIVE_TABLE) == table_name(OLD, 32)
+        rebuilt = table(data, OLD, 32)
+        assert set(rebuilt.all_ids()) == sources(s)
+        turn_row, vector = rebuilt.get(["turn:1"])["turn:1"]
+        assert turn_row.text != turn_row.content  # keyword text: with its neighbours
+        assert np.allclose(vector, fake_factory(OLD).encode([turn_row.content])[0])
+
+    with served(data, OLD) as client:
+        assert services(client).upgrade is None
 
 
 @pytest.mark.model

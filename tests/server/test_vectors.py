@@ -6,6 +6,7 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
@@ -48,7 +49,7 @@ def test_archived_turns_come_back_as_excerpts(api_factory: Callable[..., Api]) -
     body = api.context(query="what did Biscuit the dog eat", excerpt_mode="semantic").json()
     assert body["excerpts"][0]["content"] == "my dog Biscuit ate my homework"
     assert body["excerpts"][0]["score"] > 0
-    assert len(body["excerpts"]) <= 10
+    assert len(body["excerpts"]) <= 15  # the default excerpt_k
     recent = {h["content"] for h in body["history"]}
     assert not recent & {e["content"] for e in body["excerpts"]}
 
@@ -116,7 +117,7 @@ def test_settings_then_agent_then_request(api_factory: Callable[..., Api]) -> No
     assert len(api.context(query="alpha").json()["facts"]) == 2
     assert len(api.context(query="alpha", k=3).json()["facts"]) == 3
     got = api.client.get(f"/v1/agents/{AGENT}/settings", headers=admin()).json()
-    assert got["top_k"] == 2 and got["threshold"] == -1 and got["excerpt_k"] == 10
+    assert got["top_k"] == 2 and got["threshold"] == -1 and got["excerpt_k"] == 15
     other = api.client.get("/v1/agents/other/settings", headers=admin()).json()
     assert other["top_k"] == 1 and other["threshold"] == 0.7
 
@@ -173,8 +174,8 @@ def test_compaction_per_agent_settings_and_on_demand(api: Api) -> None:
 
 
 def test_a_reply_is_found_through_its_neighbours(api: Api) -> None:
-    """Turns are indexed with one neighbour each side: a short reply is found by what it
-    answers."""
+    """A turn's keyword text holds two neighbours each side: a short reply is found by what it
+    answers. Its vector is its own words alone."""
     chat(
         api,
         45,
@@ -187,25 +188,38 @@ def test_a_reply_is_found_through_its_neighbours(api: Api) -> None:
     api.index()
     row = api.services.indexer.space.index.get(["turn:5"])["turn:5"][0]
     # Its own words first and once more in place: they weigh double against a neighbour's.
-    assert row.text == "Yes! In June\nwhen is your sister Ana getting married\nYes! In June\nlovely"
+    assert row.text == (
+        "Yes! In June\nchatting 2\nwhen is your sister Ana getting married\nYes! In June"
+        "\nlovely\nchatting 6"
+    )
     assert row.content == "Yes! In June"
-    body = api.context(query="sister Ana married", excerpt_mode="keyword", excerpt_k=3).json()
+    vector = api.services.indexer.space.index.get(["turn:5"])["turn:5"][1]
+    own = api.services.indexer.space.encoder.encode(["Yes! In June"])[0]
+    assert np.allclose(vector, own)
+    # The five turns within two of the question all hold its words.
+    body = api.context(query="sister Ana married", excerpt_mode="keyword", excerpt_k=5).json()
     assert "Yes! In June" in [e["content"] for e in body["excerpts"]]
 
 
-def test_archiving_re_embeds_a_turn_with_the_turn_after_it(api: Api) -> None:
+def test_archiving_gives_a_turn_the_turns_after_it_without_re_embedding(api: Api) -> None:
     inner = api.services.indexer.space.encoder._inner
     assert isinstance(inner, HashEncoder)
-    for i in range(40):  # indexed as they come: each with the turn before it only
+    for i in range(40):  # indexed as they come: each with the turns before it only
         api.post_turn(f"turn number {i}")
         api.index()
     api.post_turn("the forty-first")  # 41 waiting: the oldest 21 are archived
     inner.calls.clear()
     api.index()
-    # The new turn and the 21 archived ones, now with the turn after each.
-    assert sum(inner.calls) == 1 + 21
+    # Only the new turn is embedded: the archived ones keep their vectors (their own words
+    # did not change) and get the turns after them in their keyword text.
+    assert sum(inner.calls) == 1
     row = api.services.indexer.space.index.get(["turn:21"])["turn:21"][0]
-    assert row.text == "turn number 20\nturn number 19\nturn number 20\nturn number 21"
+    assert row.text == (
+        "turn number 20\nturn number 18\nturn number 19\nturn number 20\nturn number 21"
+        "\nturn number 22"
+    )
+    body = api.context(query="number 22", excerpt_mode="keyword", excerpt_k=21).json()
+    assert "turn number 20" in [e["content"] for e in body["excerpts"]]
 
 
 def test_indexer_batches_and_reuses_vectors_when_a_turn_is_archived(
