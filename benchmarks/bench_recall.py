@@ -625,9 +625,9 @@ def main(
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "recall.json").write_text(json.dumps(report, indent=2) + "\n")
         (args.out / "recall.md").write_text(
-            f"# Retrieval recall on LoCoMo ({args.model})\n\n"
+            f"# Retrieval recall on {args.data.name} ({args.model})\n\n"
             f"Run with: `HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_recall.py"
-            f" --out {args.out}`\n\n"
+            f" {' '.join(sys.argv[1:])}`\n\n"
             f"Counts: {json.dumps(report['counts'])}\n\n{table}"
         )
         if not args.no_plot and plot(report, args.out / "recall.png"):

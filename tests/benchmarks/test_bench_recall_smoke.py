@@ -56,5 +56,5 @@ def test_bench_recall_smoke(tmp_path: Path) -> None:
             assert 0.0 <= cat["recall"] <= 1.0, method
     # Two conversations of 8 turns fit entirely in the seed design's 60 newest turns.
     assert results["seed"]["all"] == 1.0
-    assert (out / "recall.md").read_text().startswith("# Retrieval recall on LoCoMo")
+    assert (out / "recall.md").read_text().startswith("# Retrieval recall on locomo_tiny.json")
     assert (out / "recall.png").read_bytes().startswith(b"\x89PNG"), "the plot is written"
