@@ -18,7 +18,7 @@ class Calibration:
     duplicate_threshold: float  # two facts whose symmetric cosine reaches this say the same
     excerpt_threshold: float  # semantic excerpts below this cosine to the question are dropped
     # hybrid search: fused = weight * cosine + (1 - weight) * bm25 / (bm25 + 5)
-    semantic_weight: float = 0.7
+    semantic_weight: float
 
 
 # benchmarks/results/bench_thresholds.md (222 labelled fact pairs; LoCoMo and the multilingual
@@ -27,13 +27,14 @@ class Calibration:
 # lowest with no false merge on the pairs, not the best F1; e5 puts facts that differ in one
 # value at 0.94 on average and as high as 0.98, so only near-identical facts merge. Excerpts:
 # the highest 0.05 step that keeps at least 95 % of evidence turns on both sets.
-# Hybrid weight: the sweep of "Choosing the excerpt default" in benchmarks/README.md (LoCoMo
-# and the multilingual set, history + 15 excerpts).
+# Hybrid weight: benchmarks/results/fusion.*.md (bench_fusion.py: LoCoMo and the multilingual
+# set, history + 15 excerpts, keyword text with two neighbours). e5's cosines lie in a narrow
+# band, so its semantic half gets more weight; MiniLM's spread wider and get less.
 E5_SMALL = Calibration(duplicate_threshold=0.985, excerpt_threshold=0.70, semantic_weight=0.7)
-MINILM = Calibration(duplicate_threshold=0.98, excerpt_threshold=0.0, semantic_weight=0.7)
+MINILM = Calibration(duplicate_threshold=0.98, excerpt_threshold=0.0, semantic_weight=0.5)
 # Another sentence-transformers model: no sweep of ours, so the most conservative values (a
-# duplicate must be near-identical; no excerpt floor).
-OTHER = Calibration(duplicate_threshold=0.985, excerpt_threshold=0.0)
+# duplicate must be near-identical; no excerpt floor; semantic and keyword halves even).
+OTHER = Calibration(duplicate_threshold=0.985, excerpt_threshold=0.0, semantic_weight=0.5)
 
 
 def calibration_for(model: str) -> Calibration:

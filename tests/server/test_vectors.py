@@ -402,3 +402,18 @@ def test_memory_created_over_http_is_searchable_at_once(api: Api) -> None:
             api.client.post(f"/v1/agents/{AGENT}/memories", json=bad, headers=agent_key).status_code
             == 422
         ), bad
+
+
+def test_a_hybrid_excerpt_scores_by_the_models_weight_of_cosine_and_bm25(api: Api) -> None:
+    """The fake model is uncalibrated: half cosine, half squashed BM25 (e5 takes 0.7 cosine)."""
+    chat(api, 45, lambda i: "order 48213 is a blue jacket" if i == 3 else f"chatting {i}")
+    api.index()
+    body = api.context(query="blue jacket order", excerpt_k=1).json()
+    assert [e["content"] for e in body["excerpts"]] == ["order 48213 is a blue jacket"]
+    space = api.services.indexer.space
+    where = f"phone = '{PHONE}' AND kind = 'turn'"
+    bm25 = space.index.keyword("blue jacket order", where=where, k=1)[0].score
+    stored = space.index.get(["turn:4"])["turn:4"][1]
+    cosine = float(stored @ space.encoder.encode_query(["blue jacket order"])[0])
+    expected = 0.5 * cosine + 0.5 * bm25 / (bm25 + 5)
+    assert body["excerpts"][0]["score"] == pytest.approx(expected, abs=1e-3)
