@@ -40,6 +40,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_load import ADMIN_HEADERS, ADMIN_KEY, free_port, start_server
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from server.config import Settings
+
 MODEL = os.environ.get("MEMORY_EMBEDDING_MODEL", "multilingual-e5-small")
 DIM = 384
 
@@ -733,8 +736,8 @@ def bench_indexer(args: argparse.Namespace, work: Path, model: Any) -> dict[str,
                 indexer_batch_size=batch_size,
                 compact_trigger=1_000_000,
                 # The same texts as the raw run: this figure measures the pipeline's overhead.
-                # With MEMORY_TURN_WINDOW=1 (the default) a turn is embedded with its
-                # neighbours, about 3x the characters: see --turn-window.
+                # The vector is a turn's own words whatever the window (which only makes the
+                # keyword text); --turn-window 0 leaves the neighbours out of that as well.
                 turn_window=args.turn_window,
             )
         )
@@ -814,7 +817,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--out", type=Path, help="folder for vector.json and vector.md")
     parser.add_argument(
-        "--turn-window", type=int, default=0, help="MEMORY_TURN_WINDOW of the indexer figure"
+        "--turn-window",
+        type=int,
+        default=Settings.model_fields["turn_window"].default,
+        help="MEMORY_TURN_WINDOW of the indexer figure (default: the server's)",
     )
     parser.add_argument("--keep-data", action="store_true")
     parser.add_argument(
