@@ -325,3 +325,31 @@ def wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
+
+
+@pytest.mark.parametrize(("setting", "added"), [(None, 1), (0.9, 0)])
+def test_the_duplicate_threshold_setting_overrides_the_models_calibration(
+    model_api: Callable[..., Api],
+    llm: FakeLLM,
+    monkeypatch: pytest.MonkeyPatch,
+    setting: float | None,
+    added: int,
+) -> None:
+    """A reworded fact between MEMORY_DUPLICATE_THRESHOLD (0.9) and the fake model's calibrated
+    0.985 is stored again by default and merged with the setting."""
+    first = "Maya works night shifts at the hospital"
+    reworded = "Maya works night shifts at the big hospital"
+    api = model_api(duplicate_threshold=setting)
+    vectors = api.services.indexer.space.encoder.encode_query([first, reworded])
+    assert 0.9 <= float(vectors[0] @ vectors[1]) < 0.985
+    conversation(api)
+    assert api.client.post(f"{P}/compact", headers=admin()).json()["facts_added"] == 3
+    api.index()
+    monkeypatch.setitem(
+        fake_llm.ANSWERS, "reworded", json.dumps([{"content": reworded, "type": "fact"}])
+    )
+    llm.mode = "reworded"
+    conversation(api, 30, first=45)
+    assert api.client.post(f"{P}/compact", headers=admin()).json()["facts_added"] == added
+    contents = {r["content"] for r in rows(api, "SELECT content FROM memories")}
+    assert (reworded in contents) is (added == 1)

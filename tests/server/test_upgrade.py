@@ -316,3 +316,28 @@ def test_a_minilm_folder_moves_to_the_default_model_under_traffic(tmp_path: Path
             headers=admin(),
         ).json()
         assert body["facts"][0]["content"] == "Tiene un perro llamado Toby"
+
+
+def test_a_previous_model_that_cannot_be_loaded_switches_at_once_and_refills(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    data = tmp_path / "data"
+    with served(data, OLD) as client:
+        fill(client)
+        services(client).indexer.drain()
+
+    def factory(model: str) -> Encoder:
+        if model == OLD:
+            raise OSError(f"{model}: no such model folder")
+        return fake_factory(model)
+
+    with caplog.at_level("WARNING"), served(data, NEW, factory=factory) as client:
+        s = services(client)
+        assert s.upgrade is None
+        assert s.indexer.space.encoder.name == NEW  # no old table to answer from
+        assert s.store.meta(ACTIVE_MODEL) == NEW
+        assert s.store.meta(ACTIVE_TABLE) == table_name(NEW, 48)
+        assert s.store.outbox_size() == len(sources(s))  # everything queued for the new table
+        s.indexer.drain()
+        assert set(table(data, NEW, 48).all_ids()) == sources(s)
+    assert "previous model fake-old-32d cannot be loaded" in caplog.text
