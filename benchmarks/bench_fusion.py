@@ -37,6 +37,7 @@ import pyarrow as pa
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+import embeddings.index as index_module  # noqa: E402
 from benchmarks.locomo import clean_dia_ids, turn_content  # noqa: E402
 from embeddings.index import Hit, IndexRow, _fts_text, fts_config, fuse_scores  # noqa: E402
 from server.app import default_encoder_factory  # noqa: E402
@@ -236,9 +237,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--window", default="1,2", help="keyword text neighbours each side")
     parser.add_argument("--weights", default="0.5,0.6,0.7,0.8,0.9")
     parser.add_argument("--no-neighbour-vectors", action="store_true", help="own-word vectors only")
+    parser.add_argument(
+        "--keyword-analysis",
+        default=index_module.KEYWORD_ANALYSIS,
+        choices=sorted(index_module.KEYWORD_ANALYSES),
+        help="how the full-text index reads text (stemming, stop words)",
+    )
     parser.add_argument("--cache", type=Path, help="folder for the embeddings (reused when there)")
     parser.add_argument("--out", type=Path, help="write fusion.<model>.json/.md here")
     args = parser.parse_args(argv)
+    index_module.KEYWORD_ANALYSIS = args.keyword_analysis
     ks = [int(x) for x in args.k.split(",")]
     windows = [int(x) for x in args.window.split(",")]
     weights = [float(x) for x in args.weights.split(",")]
@@ -267,6 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = {
             "model": args.model,
             "history": args.history,
+            "keyword_analysis": args.keyword_analysis,
             "counts": counts,
             "results": results,
         }
