@@ -278,6 +278,8 @@ class UpgradeOut(BaseModel):
     state: Literal["building", "done", "failed"]
     source_model: str = Field(description="The model answering while the new table is built.")
     target_model: str
+    source_table: str = Field(description="The table answering (the model's, or an older version).")
+    target_table: str
     done: int = Field(description="Items written to the new table so far.")
     total: int
     seconds: float

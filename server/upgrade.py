@@ -45,6 +45,8 @@ class UpgradeStatus:
     state: str  # building | done | failed
     source_model: str
     target_model: str
+    source_table: str
+    target_table: str
     done: int
     total: int
     seconds: float
@@ -71,6 +73,7 @@ class Upgrade:
         self._chunk = chunk
         self._hooks = hooks or Hooks()
         self._source_model = indexer.space.encoder.name
+        self._source_table = indexer.space.index.name
         self._state = "building"
         self._done = 0
         self._total = store.count_sources()
@@ -92,6 +95,8 @@ class Upgrade:
             state=self._state,
             source_model=self._source_model,
             target_model=self._target.encoder.name,
+            source_table=self._source_table,
+            target_table=self._target.index.name,
             done=self._done,
             total=self._total,
             seconds=round(end - self._started, 1),
@@ -124,8 +129,9 @@ class Upgrade:
         """Build, then switch (tests call this directly; the server runs it in a thread)."""
         target = self._target
         log.info(
-            "model upgrade: answering from %s while %s's table %s is built (%d items)",
+            "model upgrade: answering from %s (table %s) while %s's table %s is built (%d items)",
             self._source_model,
+            self._source_table,
             target.encoder.name,
             target.index.name,
             self._total,

@@ -239,6 +239,12 @@ def test_a_table_of_the_previous_version_is_rebuilt_with_own_word_vectors(
         assert s.upgrade is not None
         assert s.indexer.space.index.name == legacy_name  # answering from the old table
         assert s.store.meta(ACTIVE_TABLE) == legacy_name
+        upgrade = client.get("/health").json()["upgrade"]
+        assert upgrade["source_model"] == upgrade["target_model"] == OLD
+        assert (upgrade["source_table"], upgrade["target_table"]) == (
+            legacy_name,
+            table_name(OLD, 32),
+        )
         search = client.post(
             f"/v1/agents/{AGENT}/memories/search",
             json={"query": "Alice keeps bees in the garden", "threshold": 0.5},
