@@ -82,11 +82,16 @@ def load(path: Path) -> list[Conversation]:
     return out
 
 
+DOUBLE_OWN_WORDS = True  # --single-own-words: the turn's words once, among its neighbours
+
+
 def keyword_text(turns: Sequence[str], i: int, window: int) -> str:
     """server.indexer.turn_text on a list: own words, the neighbours, own words again."""
     if window <= 0:
         return turns[i]
     before, after = turns[max(0, i - window) : i], turns[i + 1 : i + 1 + window]
+    if not DOUBLE_OWN_WORDS:
+        return "\n".join([*before, turns[i], *after])
     return "\n".join([turns[i], *before, turns[i], *after])
 
 
@@ -243,10 +248,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=sorted(index_module.KEYWORD_ANALYSES),
         help="how the full-text index reads text (stemming, stop words)",
     )
+    parser.add_argument(
+        "--single-own-words",
+        action="store_true",
+        help="keyword text with the turn's words once, not twice",
+    )
     parser.add_argument("--cache", type=Path, help="folder for the embeddings (reused when there)")
     parser.add_argument("--out", type=Path, help="write fusion.<model>.json/.md here")
     args = parser.parse_args(argv)
     index_module.KEYWORD_ANALYSIS = args.keyword_analysis
+    global DOUBLE_OWN_WORDS
+    DOUBLE_OWN_WORDS = not args.single_own_words
     ks = [int(x) for x in args.k.split(",")]
     windows = [int(x) for x in args.window.split(",")]
     weights = [float(x) for x in args.weights.split(",")]
@@ -276,6 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "model": args.model,
             "history": args.history,
             "keyword_analysis": args.keyword_analysis,
+            "own_words_doubled": DOUBLE_OWN_WORDS,
             "counts": counts,
             "results": results,
         }
