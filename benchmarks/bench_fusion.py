@@ -39,7 +39,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import embeddings.index as index_module  # noqa: E402
 from benchmarks.locomo import clean_dia_ids, turn_content  # noqa: E402
-from embeddings.index import Hit, IndexRow, _fts_text, fts_config, fuse_scores  # noqa: E402
+from embeddings.index import (  # noqa: E402
+    BM25_SCALE,
+    Hit,
+    IndexRow,
+    _fts_text,
+    fts_config,
+    fuse_scores,
+)
 from server.app import default_encoder_factory  # noqa: E402
 from server.config import DEFAULT_MODEL, Settings  # noqa: E402
 
@@ -133,7 +140,11 @@ def rrf(lists: Sequence[Sequence[int]], k: int) -> list[int]:
 
 
 def fused(
-    cosines: np.ndarray, keyword: Sequence[tuple[int, float]], k: int, weight: float
+    cosines: np.ndarray,
+    keyword: Sequence[tuple[int, float]],
+    k: int,
+    weight: float,
+    scale: float = BM25_SCALE,
 ) -> list[int]:
     """The server's fusion, on stand-in rows."""
 
@@ -144,7 +155,8 @@ def fused(
     semantic = [hit(i, float(cosines[i])) for i in top]
     words = [hit(i, s) for i, s in keyword]
     every = {str(i): float(cosines[i]) for i in set(top) | {i for i, _ in keyword}}
-    return [int(h.row.id) for h in fuse_scores(semantic, words, every, k, semantic_weight=weight)]
+    hits = fuse_scores(semantic, words, every, k, semantic_weight=weight, scale=scale)
+    return [int(h.row.id) for h in hits]
 
 
 def sweep(
@@ -154,32 +166,52 @@ def sweep(
     ks: Sequence[int],
     windows: Sequence[int],
     weights: Sequence[float],
+    scales: Sequence[float],
     folder: Path,
+    per_conversation: bool = False,
 ) -> dict[str, dict[str, float]]:
+    """Every conversation's archived turns in one table, each searched with a filter, as the
+    server keeps every person in one table: BM25's term statistics are the whole table's
+    (per_conversation: a table each, as if BM25 counted one person's words only)."""
     own, near, questions = vectors
     scores: dict[str, dict[str, list[float]]] = {}
     db = lancedb.connect(str(folder))
+    archived = [list(range(max(0, len(c.turns) - history_turns))) for c in convs]
+    groups = [[c] for c in range(len(convs))] if per_conversation else [list(range(len(convs)))]
     for window in windows:
-        for c, conv in enumerate(convs):
-            archived = list(range(max(0, len(conv.turns) - history_turns)))
-            history = frozenset(range(len(archived), len(conv.turns)))
+        tables: dict[int, Any] = {}
+        for g, group in enumerate(groups):
             table = db.create_table(
-                f"c{c}_w{window}",
+                f"w{window}_g{g}",
                 pa.table(
                     {
-                        "id": archived,
-                        "text": [keyword_text(conv.turns, i, window) for i in archived],
+                        "conv": [c for c in group for _ in archived[c]],
+                        "id": [i for c in group for i in archived[c]],
+                        "text": [
+                            keyword_text(convs[c].turns, i, window)
+                            for c in group
+                            for i in archived[c]
+                        ],
                     }
                 ),
                 mode="overwrite",
             )
             table.create_index("text", config=fts_config(), replace=True)
-            own_v = np.asarray(own[c])[archived]
-            near_v = np.asarray(near[c])[archived] if near is not None else None
+            tables.update({c: table for c in group})
+        for c, conv in enumerate(convs):
+            history = frozenset(range(len(archived[c]), len(conv.turns)))
+            own_v = np.asarray(own[c])[archived[c]]
+            near_v = np.asarray(near[c])[archived[c]] if near is not None else None
             for q, (question, evidence) in enumerate(conv.questions):
                 qv = np.asarray(questions[c])[q]
                 cos_own = own_v @ qv
-                found = table.search(_fts_text(question), query_type="fts").limit(DEPTH).to_list()
+                found = (
+                    tables[c]
+                    .search(_fts_text(question), query_type="fts")
+                    .where(f"conv = {c}", prefilter=True)
+                    .limit(DEPTH)
+                    .to_list()
+                )
                 keyword = [(int(r["id"]), float(r["_score"])) for r in found]
                 sem_own = [int(i) for i in np.argsort(-cos_own)[:DEPTH]]
                 for k in ks:
@@ -189,9 +221,11 @@ def sweep(
                         "RRF (own words)": rrf([sem_own, [i for i, _ in keyword]], k),
                     }
                     for weight in weights:
-                        methods[f"fused {weight:.1f} (own words)"] = fused(
-                            cos_own, keyword, k, weight
-                        )
+                        for scale in scales:
+                            name = f"fused {weight:.1f}" + ("" if scale == 5 else f" s{scale:g}")
+                            methods[f"{name} (own words)"] = fused(
+                                cos_own, keyword, k, weight, scale
+                            )
                     if near_v is not None:
                         cos_near = near_v @ qv
                         sem_near = [int(i) for i in np.argsort(-cos_near)[:DEPTH]]
@@ -219,7 +253,7 @@ def markdown(
     lines.append(
         f"History (the newest {history_turns} turns) + k excerpts; recall of evidence turns over"
         " categories 1-4; keyword text with `window` neighbours each side. Run with:"
-        f" `HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_fusion.py --model {model}`"
+        f" `HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_fusion.py {' '.join(sys.argv[1:])}`"
     )
     for name, table in results.items():
         columns = list(next(iter(table.values())))
@@ -241,6 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--k", default="10,15")
     parser.add_argument("--window", default="1,2", help="keyword text neighbours each side")
     parser.add_argument("--weights", default="0.5,0.6,0.7,0.8,0.9")
+    parser.add_argument("--scales", default="5", help="BM25 squash scales, x / (x + scale)")
     parser.add_argument("--no-neighbour-vectors", action="store_true", help="own-word vectors only")
     parser.add_argument(
         "--keyword-analysis",
@@ -253,6 +288,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="keyword text with the turn's words once, not twice",
     )
+    parser.add_argument(
+        "--table-per-conversation",
+        action="store_true",
+        help="a table per conversation (BM25 statistics of one person) instead of one table",
+    )
     parser.add_argument("--cache", type=Path, help="folder for the embeddings (reused when there)")
     parser.add_argument("--out", type=Path, help="write fusion.<model>.json/.md here")
     args = parser.parse_args(argv)
@@ -262,6 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ks = [int(x) for x in args.k.split(",")]
     windows = [int(x) for x in args.window.split(",")]
     weights = [float(x) for x in args.weights.split(",")]
+    scales = [float(x) for x in args.scales.split(",")]
     slug = "e5" if "e5" in args.model else "minilm" if "MiniLM" in args.model else "other"
     results, counts = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -277,7 +318,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.cache.mkdir(parents=True, exist_ok=True)
             vectors = embed(args.model, convs, cache, not args.no_neighbour_vectors)
             results[name] = sweep(
-                convs, args.history, vectors, ks, windows, weights, Path(tmp) / name
+                convs,
+                args.history,
+                vectors,
+                ks,
+                windows,
+                weights,
+                scales,
+                Path(tmp) / name,
+                per_conversation=args.table_per_conversation,
             )
     text = markdown(args.model, results, counts, args.history)
     print(text)
@@ -289,6 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "history": args.history,
             "keyword_analysis": args.keyword_analysis,
             "own_words_doubled": DOUBLE_OWN_WORDS,
+            "table_per_conversation": args.table_per_conversation,
             "counts": counts,
             "results": results,
         }
