@@ -7,8 +7,9 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -30,6 +31,8 @@ T = TypeVar("T")
 # k = 15, LoCoMo 6 to 7 points above RRF, the multilingual set 1 to 3 below). The weight is
 # per model (embeddings/calibration.py).
 BM25_SCALE = 5.0
+# Hybrid's two halves run at once: LanceDB's calls wait on its own event loop, not the GIL.
+_HALVES = ThreadPoolExecutor(max_workers=4, thread_name_prefix="hybrid")
 
 # LanceDB caches what it opened (manifests, fragment and deletion metadata, index pages) by
 # file, and every write makes new files: with its default bounds (6 GB of index pages, 1 GB of
@@ -108,6 +111,9 @@ class IndexRow:
     content: str = ""  # the item's own words, for keyword search on them alone ("": = text)
 
 
+_ROW_COLUMNS = list(IndexRow.__dataclass_fields__)  # every column but the vector
+
+
 def vector_text(row: IndexRow) -> str:
     """What a row's vector is made from: the item's own words. A turn's neighbours help
     keyword search find a short reply ("yes, the blue one") but blur what the turn itself
@@ -120,6 +126,8 @@ def vector_text(row: IndexRow) -> str:
 class Hit:
     row: IndexRow
     score: float  # cosine similarity for semantic, fused or BM25 score otherwise
+    # The stored vector, where the search returned it (keyword search, for hybrid's cosine).
+    vector: Vectors | None = field(default=None, compare=False, repr=False)
 
 
 class SharedLock:
@@ -483,7 +491,8 @@ class VectorIndex:
         if min_score is not None:
             # _distance is 1 - cosine, so a cosine floor is a distance ceiling.
             query = query.distance_range(upper_bound=1.0 - min_score + 1e-6)
-        found = self._read(query.to_list)
+        # Not the vectors: turning 384 floats a row into Python objects cost more than the search.
+        found = self._read(query.select(_ROW_COLUMNS).to_list)
         return [Hit(_row(r), 1.0 - float(r["_distance"])) for r in found]
 
     def keyword(self, text: str, *, where: str, k: int, column: str = "text") -> list[Hit]:
@@ -501,14 +510,20 @@ class VectorIndex:
                 self._table.search(_fts_text(text), query_type="fts", fts_columns=column)
                 .where(where, prefilter=True)
                 .limit(k)
-                .to_list()
+                .to_arrow()
             )
         )
-        return [Hit(_row(r), float(r.get("_score", 0.0))) for r in found]
+        if not found.num_rows:
+            return []
+        # The vectors (hybrid scores keyword matches by their cosine) as one array, not lists.
+        flat = found.column("vector").combine_chunks().flatten().to_numpy()
+        vectors = np.asarray(flat, dtype=np.float32).reshape(found.num_rows, self.dim)
+        rows = found.drop_columns(["vector"]).to_pylist()
+        return [Hit(_row(r), float(r.get("_score", 0.0)), vectors[i]) for i, r in enumerate(rows)]
 
     def hybrid(
         self,
-        vector: Vectors,
+        vector: Vectors | Callable[[], Vectors],
         text: str,
         *,
         where: str,
@@ -523,13 +538,16 @@ class VectorIndex:
         if k <= 0:
             return []
         depth = max(k * 2, 30)
+        pending = _HALVES.submit(self.keyword, text, where=where, k=depth, column=column)
+        if callable(vector):  # (the query's embedding, made while the keyword half runs)
+            vector = vector()
         semantic = self.search(vector, where=where, k=depth, min_score=min_score)
-        keyword = self.keyword(text, where=where, k=depth, column=column)
+        keyword = pending.result()
         cosines = {h.row.id: h.score for h in semantic}
-        missing = [h.row.id for h in keyword if h.row.id not in cosines]
         query = np.asarray(vector, dtype=np.float32)
-        for row_id, (_, stored) in self.get(missing).items():
-            cosines[row_id] = float(stored @ query)
+        for hit in keyword:
+            if hit.row.id not in cosines and hit.vector is not None:
+                cosines[hit.row.id] = float(hit.vector @ query)
         return fuse_scores(semantic, keyword, cosines, k, semantic_weight=semantic_weight)
 
     def data_files(self) -> list[Path]:

@@ -64,19 +64,20 @@ class VectorSpace:
         where: str,
         k: int,
         min_score: float | None = None,
-        vector: Vectors | None = None,
+        vector: Vectors | Callable[[], Vectors] | None = None,
         own_words: bool = False,
     ) -> list[Hit]:
         """semantic (cosine, floored by min_score), keyword (full text) or hybrid (both, fused
         by score). The query is embedded unless its vector is given. Keyword search
         reads a turn with its neighbours (what a reply is about), or with own_words only what
-        the turn itself says: the turn with the order number, not the one before it."""
+        the turn itself says: the turn with the order number, not the one before it. `vector`
+        may be a callable that gives it (hybrid starts the keyword half before calling it)."""
         column = "content" if own_words else "text"
         if mode == "keyword":
             return self.index.keyword(query, where=where, k=k, column=column)
         if vector is None:
             vector = self.encoder.encode_query([query])[0]
-        if mode == "hybrid":
+        if mode == "hybrid":  # a callable vector: called once the keyword half has started
             return self.index.hybrid(
                 vector,
                 query,
@@ -86,6 +87,8 @@ class VectorSpace:
                 column=column,
                 semantic_weight=calibration_for(self.encoder.name).semantic_weight,
             )
+        if callable(vector):
+            vector = vector()
         return self.index.search(vector, where=where, k=k, min_score=min_score)
 
 

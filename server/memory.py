@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -181,18 +182,22 @@ class MemoryService:
         facts: list[FactHit]
         excerpts: list[ExcerptHit] = []
         if query:
-            vector = self._indexer.space.encoder.encode_query([query])[0]
-            # The two searches are independent and LanceDB releases the GIL: run them together.
+            # The searches are independent and LanceDB and the model release the GIL: embed
+            # the query while the excerpts' keyword half (which needs no vector) runs, then
+            # search facts and the excerpts' semantic half together.
+            encoder = self._indexer.space.encoder
+            embedding = self._searches.submit(lambda: encoder.encode_query([query])[0])
             pending_excerpts = self._searches.submit(
                 self.search_excerpts,
                 agent,
                 phone,
-                vector,
+                embedding.result,
                 query,
                 k=_pick(request.excerpt_k, config.excerpt_k),
                 threshold=_pick(request.excerpt_threshold, config.excerpt_threshold),
                 mode=_pick(request.excerpt_mode, config.excerpt_mode),
             )
+            vector = embedding.result()
             facts = self.search_facts(
                 agent, phone, vector, k=top_k, threshold=_pick(request.threshold, config.threshold)
             )
@@ -232,14 +237,15 @@ class MemoryService:
         self,
         agent: str,
         phone: str,
-        vector: Vectors,
+        vector: Vectors | Callable[[], Vectors],
         query: str,
         *,
         k: int,
         threshold: float,
         mode: str,
     ) -> list[ExcerptHit]:
-        """Archived turns relevant to the query: semantic, keyword, or both fused (hybrid)."""
+        """Archived turns relevant to the query: semantic, keyword, or both fused (hybrid).
+        `vector` may be a callable that gives it, called only when (and once) it is needed."""
         where = _person_filter(agent, phone) + " AND kind = 'turn' AND status = 'archived'"
         hits = self._indexer.space.retrieve(
             mode, query, where=where, k=k, min_score=threshold, vector=vector
