@@ -10,22 +10,37 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from server import __version__, native, validation
-from server.app import EncoderFactory, default_encoder_factory
 from server.auth import KeyRing
 from server.config import Settings, load_settings
 from server.errors import ApiError
 from server.logs import RepeatFilter
 from server.store import Store
 
+if TYPE_CHECKING:
+    from server.app import EncoderFactory
+
 
 @dataclasses.dataclass(frozen=True)
 class Runtime:
+    """The settings, and the model factory (tests inject one). The model stack (LanceDB,
+    the encoders) is imported only by the commands that use it, so that --help, --version and
+    keys answer at once."""
+
     settings: Settings
-    encoder_factory: EncoderFactory
+    injected_factory: EncoderFactory | None = None
+
+    @property
+    def encoder_factory(self) -> EncoderFactory:
+        if self.injected_factory is not None:
+            return self.injected_factory
+        from server.app import default_encoder_factory
+
+        return default_encoder_factory(self.settings)
 
 
 def _serve(rt: Runtime, _: argparse.Namespace) -> int:
@@ -234,7 +249,7 @@ def main(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         handlers=[handler],
     )
-    runtime = Runtime(settings, encoder_factory or default_encoder_factory(settings))
+    runtime = Runtime(settings, encoder_factory)
     handlers = {
         "serve": _serve,
         None: _serve,

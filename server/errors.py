@@ -12,9 +12,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from embeddings.index import IndexBusy
-from server.indexer import Stopping
-
 log = logging.getLogger(__name__)
 
 
@@ -126,6 +123,9 @@ def _validation_message(errors: list[dict[str, Any]]) -> str:
 
 def install_error_handlers(app: FastAPI) -> None:
     """Render every error, expected or not, in the one JSON shape."""
+    # Here, not at the top: the CLI imports this module, and these pull in LanceDB.
+    from embeddings.index import IndexBusy
+    from server.indexer import Stopping
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
