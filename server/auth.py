@@ -115,9 +115,12 @@ class KeyRing:
     def list(self) -> list[ApiKey]:
         return self._store.list_keys()
 
-    def revoke(self, key_id: str) -> None:
-        if not self._store.revoke_key(key_id):
+    def revoke(self, key_id: str) -> bool:
+        """True when this revoked it, False when it was revoked already."""
+        done = self._store.revoke_key(key_id)
+        if done is None:
             raise NotFound(f"no key with id {key_id!r}")
+        return done
 
 
 def principal_of(key: ApiKey) -> Principal:

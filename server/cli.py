@@ -107,8 +107,10 @@ def _keys(rt: Runtime, args: argparse.Namespace) -> int:
                 listed = ",".join(key.agents)
                 print(f"{key.id}\t{key.scope}\t{listed}\t{key.created_at}\t{state}")
         else:
-            keys.revoke(args.id)
-            print(f"revoked {args.id}")
+            if keys.revoke(args.id):
+                print(f"revoked {args.id}")
+            else:
+                print(f"{args.id} was revoked already")
     finally:
         store.close()
     return 0
@@ -240,7 +242,12 @@ def main(
     try:
         settings = load_settings()
     except ValidationError as exc:
-        print(f"memory-server: invalid settings:\n{exc}", file=sys.stderr)
+        # Each problem by setting, never the value: it may be a secret (MEMORY_ADMIN_KEY).
+        problems = "\n".join(
+            f"  MEMORY_{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
+            for e in exc.errors()
+        )
+        print(f"memory-server: invalid settings:\n{problems}", file=sys.stderr)
         return 2
     handler = logging.StreamHandler()
     handler.addFilter(RepeatFilter())  # floods of one warning (accept errors) are rate-limited

@@ -267,6 +267,7 @@ class KeyList(BaseModel):
 class KeyRevoked(BaseModel):
     id: str
     revoked: bool
+    already_revoked: bool = Field(False, description="It was revoked before this call.")
 
 
 # -- operations ---------------------------------------------------------------------------------

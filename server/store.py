@@ -868,7 +868,8 @@ class Store:
         )
         return [_key(r) for r in rows]
 
-    def revoke_key(self, key_id: str) -> bool:
+    def revoke_key(self, key_id: str) -> bool | None:
+        """True: revoked now; False: it was revoked already; None: no such key."""
         with self._transaction() as conn:
             cur = conn.execute(
                 "UPDATE keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
@@ -876,7 +877,8 @@ class Store:
             )
             if cur.rowcount:
                 return True
-            return conn.execute("SELECT 1 FROM keys WHERE id = ?", (key_id,)).fetchone() is not None
+            found = conn.execute("SELECT 1 FROM keys WHERE id = ?", (key_id,)).fetchone()
+            return False if found is not None else None
 
     # -- agent settings ----------------------------------------------------------------------
 

@@ -44,5 +44,5 @@ def revoke_key(
     services: ServicesDep,
 ) -> KeyRevoked:
     principal.require_admin()
-    services.keys.revoke(key_id)
-    return KeyRevoked(id=key_id, revoked=True)
+    newly = services.keys.revoke(key_id)
+    return KeyRevoked(id=key_id, revoked=True, already_revoked=not newly)

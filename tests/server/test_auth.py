@@ -246,3 +246,13 @@ def test_admin_key_must_be_strong(tmp_path: object) -> None:
         Settings(admin_key="short")
     with pytest.raises(ValidationError):
         Settings(admin_key="changeme")
+
+
+def test_revoking_a_revoked_key_says_it_was_revoked_already(api: Api) -> None:
+    made = api.client.post("/v1/keys", json={"scope": "staff"}, headers=admin()).json()
+    first = api.client.delete(f"/v1/keys/{made['id']}", headers=admin())
+    assert first.json() == {"id": made["id"], "revoked": True, "already_revoked": False}
+    again = api.client.delete(f"/v1/keys/{made['id']}", headers=admin())
+    assert again.status_code == 200
+    assert again.json() == {"id": made["id"], "revoked": True, "already_revoked": True}
+    assert api.client.delete("/v1/keys/key_nope", headers=admin()).status_code == 404

