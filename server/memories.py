@@ -88,6 +88,8 @@ class MemoryBook:
         memory = self.get(agent, memory_id)
         status = "approved" if approve else "rejected"
         self._hooks.reach("memories.loaded")
+        if memory.status == status and memory.expires_at is None:
+            return memory  # approving an approved memory changes nothing, and records nothing
         updated = self._store.update_memory(
             memory,
             changes={"status": status, "expires_at": None},

@@ -318,6 +318,8 @@ def test_review_flow_with_expiry(api: Api, clock: FakeClock) -> None:
     assert_error(api.client.post(f"{M}/{pending['id']}/approve", headers=agent_key), 403)
     approved = api.client.post(f"{M}/{pending['id']}/approve", headers=admin()).json()
     assert approved["status"] == "approved" and approved["expires_at"] is None
+    again = api.client.post(f"{M}/{pending['id']}/approve", headers=admin())
+    assert again.status_code == 200 and again.json() == approved  # no second history entry
     assert indexed(api, pending["id"])["status"] == "approved"  # type: ignore[index]
     facts = api.context(query="night shifts", threshold=-1).json()["facts"]
     assert {f["content"] for f in facts} == {"lives in Lisbon", "works night shifts"}
