@@ -38,6 +38,7 @@ from server.memories import MemoryBook
 from server.memory import MemoryService
 from server.routes import agents, context, keys, memories, messages, ops, search, staff
 from server.search import StaffSearch
+from server.serving import ServingLock
 from server.store import Store
 from server.upgrade import Upgrade
 
@@ -212,6 +213,8 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        serving = ServingLock(settings.data_dir)  # `restore` refuses while it is held
+        serving.acquire()
         services = open_services(
             settings, clock=clock, encoder_factory=encoder_factory, hooks=hooks
         )
@@ -236,6 +239,7 @@ def create_app(
             services.indexer.stop()
             services.memory.close()
             services.store.close()
+            serving.release()
 
     app = FastAPI(
         title="Memory server",

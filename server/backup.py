@@ -16,6 +16,7 @@ import lancedb
 from embeddings.index import quote, table_names
 from server.clock import format_time, utc_now
 from server.config import Settings
+from server.serving import no_server
 from server.store import Store
 
 MANIFEST = "backup.json"
@@ -65,12 +66,18 @@ def backup(settings: Settings, dest: Path) -> BackupReport:
 
 
 def restore(settings: Settings, src: Path) -> BackupReport:
-    """Replace the data folder's database and vector tables with a backup's (server stopped),
-    then drop vectors whose source the backup does not hold, and queue every item for the
-    indexer, which brings rows that changed between the two copies up to date."""
-    started = time.perf_counter()
+    """Replace the data folder's database and vector tables with a backup's, then drop
+    vectors whose source the backup does not hold, and queue every item for the indexer,
+    which brings rows that changed between the two copies up to date. Refused (FolderInUse)
+    while a server serves the folder: it would go on writing into the replaced files."""
     if not (src / MANIFEST).exists() or not (src / "memory.db").exists():
         raise BackupError(f"{src} is not a backup made by `memory-server backup`")
+    with no_server(settings.data_dir):
+        return _restore(settings, src)
+
+
+def _restore(settings: Settings, src: Path) -> BackupReport:
+    started = time.perf_counter()
     data = settings.data_dir
     data.mkdir(parents=True, exist_ok=True)
     for suffix in ("", "-wal", "-shm"):

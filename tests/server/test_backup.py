@@ -115,3 +115,28 @@ def test_backup_while_serving_then_restore(
     finally:
         services.store.close()
     assert main(["restore", str(tmp_path / "nothing")], encoder_factory=fake_factory) == 2
+
+
+def test_restore_refuses_while_a_server_serves_the_folder(
+    api: Api, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api.post_turn("turn before the backup")
+    settings = api.services.settings
+    monkeypatch.setenv("MEMORY_DATA_DIR", str(settings.data_dir))
+    monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "fake-hash")
+    assert main(["backup", str(tmp_path / "bk")], encoder_factory=fake_factory) == 0
+    api.post_turn("turn after the backup")
+    capsys.readouterr()
+
+    assert main(["restore", str(tmp_path / "bk")], encoder_factory=fake_factory) == 2
+    assert "a server is serving" in capsys.readouterr().err
+    # Nothing was replaced: the server keeps its data and keeps answering.
+    assert len(table(settings.sqlite_path, "SELECT id FROM messages")) == 2
+    assert api.post_turn("and one more").status_code == 201
+    assert api.context(query="turn").status_code == 200
+
+    api.client.__exit__(None, None, None)  # the server stops: now the folder may be restored
+    assert main(["restore", str(tmp_path / "bk")], encoder_factory=fake_factory) == 0
+    assert [r[0] for r in table(settings.sqlite_path, "SELECT content FROM messages")] == [
+        "turn before the backup"
+    ]

@@ -1,0 +1,63 @@
+"""Which data folders a server is serving: a lock file every running server holds shared, so
+that commands that must not run under it (`restore`, which replaces the files the server has
+open) can tell and refuse. flock locks go with the process: a killed server holds none."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from server.errors import Conflict
+
+LOCK_NAME = "server.lock"
+log = logging.getLogger(__name__)
+
+
+class FolderInUse(Conflict):
+    """A server is serving this data folder."""
+
+
+class ServingLock:
+    """Held shared by a server from start-up to shutdown."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self._path = data_dir / LOCK_NAME
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Waits while a restore has the folder (it takes seconds), saying so."""
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.warning("%s is being restored: waiting for it to finish", self._path.parent)
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor releases its lock
+            self._fd = None
+
+
+@contextmanager
+def no_server(data_dir: Path) -> Iterator[None]:
+    """Exclusive use of the folder: FolderInUse at once when a server is serving it, and no
+    server can start on it until the block ends."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(data_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise FolderInUse(
+                f"a server is serving {data_dir}: stop it first, then run this again"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
