@@ -36,7 +36,7 @@ from server.indexer import ACTIVE_MODEL, ACTIVE_TABLE, Indexer, VectorSpace, que
 from server.llm import OpenAICompatible
 from server.memories import MemoryBook
 from server.memory import MemoryService
-from server.routes import agents, context, keys, memories, messages, ops, search, staff
+from server.routes import agents, context, docs, keys, memories, messages, ops, search, staff
 from server.search import StaffSearch
 from server.serving import ServingLock
 from server.store import Store
@@ -250,11 +250,14 @@ def create_app(
         strict_content_type=False,
         # No 307 to a "parent" path: DELETE .../memories/%2F must never become DELETE .../memories.
         redirect_slashes=False,
-        # /docs is the one documentation page; no second one, no OAuth2 redirect to secure.
+        # /docs is the one documentation page, served offline (server/routes/docs.py); no
+        # second one, no OAuth2 redirect to secure.
+        docs_url=None,
         redoc_url=None,
         swagger_ui_oauth2_redirect_url=None,
     )
     install_error_handlers(app)
+    docs.install(app)
     routers = (
         ops.router,
         keys.router,
