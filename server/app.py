@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 
 import anyio
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from embeddings.calibration import calibration_for
@@ -36,7 +36,18 @@ from server.indexer import ACTIVE_MODEL, ACTIVE_TABLE, Indexer, VectorSpace, que
 from server.llm import OpenAICompatible
 from server.memories import MemoryBook
 from server.memory import MemoryService
-from server.routes import agents, context, docs, keys, memories, messages, ops, search, staff
+from server.routes import (
+    agents,
+    context,
+    docs,
+    keys,
+    memories,
+    messages,
+    ops,
+    search,
+    staff,
+    strict,
+)
 from server.search import StaffSearch
 from server.serving import ServingLock
 from server.store import Store
@@ -255,6 +266,7 @@ def create_app(
         docs_url=None,
         redoc_url=None,
         swagger_ui_oauth2_redirect_url=None,
+        dependencies=[Depends(strict.refuse_unknown_query)],
     )
     install_error_handlers(app)
     docs.install(app)

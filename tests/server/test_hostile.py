@@ -24,7 +24,7 @@ from schemathesis.specs.openapi.checks import (
 
 from server.app import MAX_JSON_DEPTH, create_app
 from server.memory import NOTES_FACTS_HEADER, NOTES_GROUPS
-from tests.conftest import AGENT, PHONE, Api, admin, make_settings
+from tests.conftest import AGENT, PHONE, Api, admin, assert_error, make_settings
 from tests.fakes import fake_factory
 from tests.live import Server
 
@@ -406,9 +406,10 @@ def test_very_long_query_strings_are_4xx(api: Api) -> None:
         f"{PERSON}/messages?limit={'9' * 20_000}",
     ):
         assert_client_error(send(api, "GET", url))
-    # Unknown parameters are ignored, however many: never a 5xx.
+    # Unknown parameters are refused, however many: 422 naming the first, never a 5xx.
     many = "&".join(f"x{i}=1" for i in range(5_000))
-    assert send(api, "GET", f"{MEMORIES}?{many}").status_code == 200
+    refused = send(api, "GET", f"{MEMORIES}?{many}")
+    assert refused.status_code == 422 and len(refused.content) < 2_000
 
 
 # -- text ------------------------------------------------------------------------------------------
@@ -696,3 +697,21 @@ def test_schemathesis_finds_no_5xx_and_no_response_off_the_schema(live_server: S
         check()
     log = (live_server.data_dir.parent / "server.log").read_text()
     assert "Traceback" not in log and " 500 " not in log, log[-3000:]
+
+
+def test_an_unknown_query_parameter_is_refused_like_an_unknown_field(api: Api) -> None:
+    api.post_turn("hi")
+    path = f"/v1/agents/{AGENT}/people/{PHONE}/context"
+    response = api.client.get(path, params={"query": "hi", "treshold": "0.1"}, headers=admin())
+    assert_error(response, 422, "unknown_parameter")
+    assert "'treshold'" in response.json()["error"]["message"]
+    assert "threshold" in response.json()["error"]["message"]  # what it does take
+    assert (
+        api.client.get(
+            path, params={"query": "hi", "threshold": "0.1"}, headers=admin()
+        ).status_code
+        == 200
+    )
+    listed = api.client.get(f"/v1/agents/{AGENT}/memories", params={"limt": 5}, headers=admin())
+    assert_error(listed, 422, "unknown_parameter")
+    assert api.client.get("/health", params={"x": 1}).status_code == 422

@@ -1,0 +1,37 @@
+"""Unknown query parameters are refused, as unknown body fields are: `?treshold=0.1` is a
+typo the caller must hear about, not a request answered with the default threshold."""
+
+from __future__ import annotations
+
+from fastapi import Request
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
+
+from server.errors import InvalidInput
+
+_CACHE = "_memory_server_query_names"  # the names a route takes, kept on the route itself
+
+
+def _query_names(dependant: Dependant) -> set[str]:
+    names = {param.alias for param in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names
+
+
+async def refuse_unknown_query(request: Request) -> None:
+    """A dependency of every route: 422 unknown_parameter for a query name it does not take."""
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute) or not request.query_params:
+        return
+    allowed: frozenset[str] | None = getattr(route, _CACHE, None)
+    if allowed is None:
+        allowed = frozenset(_query_names(route.dependant))
+        setattr(route, _CACHE, allowed)
+    unknown = sorted(set(request.query_params) - allowed)
+    if unknown:
+        takes = ", ".join(sorted(allowed)) or "none"
+        raise InvalidInput(
+            f"unknown query parameter {unknown[0]!r} (this endpoint takes: {takes})",
+            code="unknown_parameter",
+        )
