@@ -314,6 +314,11 @@ class VectorIndex:
             str(self.path), session=session, read_consistency_interval=timedelta(seconds=1)
         )
 
+    def reopen(self) -> None:
+        """A fresh connection and table handle (after a failure: a file may be gone)."""
+        with self._folder_lock:
+            self._reopen()
+
     def _reopen(self) -> None:
         """A fresh connection and table handle, under the write lock: the old ones, and every
         index file they kept open, go once the reads still using them finish."""

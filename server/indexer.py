@@ -46,6 +46,7 @@ class IndexerStats:
     batches: int = 0
     errors: int = 0
     last_error: str | None = None
+    failing: int = 0  # passes failed in a row (0 once one succeeds): /health says degraded
     lag_samples: list[tuple[float, int]] = field(default_factory=list)
 
 
@@ -322,13 +323,16 @@ class Indexer:
                 done = self.run_once()
                 if done == 0:
                     self._idle_maintenance()
+                self.stats.failing = 0
             except Stopping:  # shutting down mid-batch: the rows stay in the outbox
                 break
             except Exception as exc:  # keep the loop alive; the rows stay in the outbox
                 self.stats.errors += 1
+                self.stats.failing += 1
                 self.stats.last_error = repr(exc)
                 log.exception("indexer batch failed; retrying")
                 done = 0
+                self._recover()
                 self._stop.wait(min(5.0, self._interval_s * 4))
             self._sample_lag()
             if done == 0:
@@ -338,6 +342,16 @@ class Indexer:
                 # A part batch: let more arrive before the next LanceDB write, so a steady stream
                 # of turns makes a few larger versions rather than one per turn.
                 self._stop.wait(self._interval_s)
+
+    def _recover(self) -> None:
+        """After a failed pass, open the table afresh: a file the old handle had open may be
+        gone (another process purged or rebuilt an index), and the latest version has what
+        the next pass needs."""
+        try:
+            with self.lock:
+                self.space.index.reopen()
+        except Exception:
+            log.exception("could not reopen the index table; retrying later")
 
     def _idle_maintenance(self) -> None:
         if self.space.index.writes_since_optimize:

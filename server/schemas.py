@@ -288,7 +288,12 @@ class UpgradeOut(BaseModel):
 
 
 class Health(BaseModel):
-    status: str
+    status: str = Field(
+        description="ok; degraded while a background loop keeps failing (see problems)."
+    )
+    problems: list[str] = Field(
+        default_factory=list, description="What keeps failing, while status is degraded."
+    )
     index_lag: int
     model: str
     version: str

@@ -12,13 +12,20 @@ from server.deps import PrincipalDep, ServicesDep
 from server.schemas import Health, UpgradeOut
 
 router = APIRouter(tags=["operations"])
+FAILING_PASSES = 3  # a pass that fails now and then is retried; three in a row is a problem
 
 
 @router.get("/health", response_model=Health)
 def health(services: ServicesDep) -> Health:
-    """Liveness, the model in use and the index lag (outbox rows not yet in the index)."""
+    """Liveness, the model in use and the index lag (outbox rows not yet in the index);
+    degraded, with the problems, while the indexer keeps failing."""
+    problems = []
+    stats = services.indexer.stats
+    if stats.failing >= FAILING_PASSES:
+        problems.append(f"indexer: {stats.failing} passes failed in a row: {stats.last_error}")
     return Health(
-        status="ok",
+        status="degraded" if problems else "ok",
+        problems=problems,
         index_lag=services.store.outbox_size(),
         model=services.indexer.space.encoder.name,
         version=__version__,
