@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import os
 import sys
@@ -14,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from server import __version__, native, validation
+from server import __version__, native, output, validation
 from server.auth import KeyRing
 from server.config import Settings, load_settings
 from server.errors import ApiError
@@ -100,17 +99,26 @@ def _keys(rt: Runtime, args: argparse.Namespace) -> int:
                 "scope": made.key.scope,
                 "agents": made.key.agents,
             }
-            print(json.dumps(shown))
+            note = "\n(the key is shown this once: keep it now)"
+            output.emit(args.json, shown, output.record(shown) + note)
         elif args.keys_command == "list":
-            for key in keys.list():
-                state = f"revoked {key.revoked_at}" if key.revoked_at else "active"
-                listed = ",".join(key.agents)
-                print(f"{key.id}\t{key.scope}\t{listed}\t{key.created_at}\t{state}")
+            listed = [
+                {
+                    "id": key.id,
+                    "scope": key.scope,
+                    "agents": key.agents,
+                    "created_at": key.created_at,
+                    "revoked_at": key.revoked_at,
+                }
+                for key in keys.list()
+            ]
+            columns = ("id", "scope", "agents", "created_at", "revoked_at")
+            output.emit(args.json, listed, output.table(listed, columns))
         else:
-            if keys.revoke(args.id):
-                print(f"revoked {args.id}")
-            else:
-                print(f"{args.id} was revoked already")
+            newly = keys.revoke(args.id)
+            said = f"revoked {args.id}" if newly else f"{args.id} was revoked already"
+            revoked = {"id": args.id, "revoked": True, "already_revoked": not newly}
+            output.emit(args.json, revoked, said)
     finally:
         store.close()
     return 0
@@ -124,7 +132,8 @@ def _forget(rt: Runtime, args: argparse.Namespace) -> int:
     services = open_services(rt.settings, encoder_factory=rt.encoder_factory)
     try:
         gone = services.memory.forget_person(agent, phone)
-        print(json.dumps({"deleted": dataclasses.asdict(gone)}))
+        deleted = {"deleted": dataclasses.asdict(gone)}
+        output.emit(args.json, deleted, output.record(deleted))
     finally:
         services.store.close()
     return 0
@@ -135,7 +144,8 @@ def _reindex(rt: Runtime, args: argparse.Namespace) -> int:
 
     model = args.model or rt.settings.embedding_model
     report = rebuild_index(rt.settings, model, rt.encoder_factory, progress=not args.quiet)
-    print(json.dumps(dataclasses.asdict(report)))
+    done = dataclasses.asdict(report)
+    output.emit(args.json, done, output.record(done))
     return 0
 
 
@@ -168,7 +178,7 @@ def _compact(rt: Runtime, args: argparse.Namespace) -> int:
         services.indexer.drain()
     finally:
         services.store.close()
-    print(json.dumps(totals))
+    output.emit(args.json, totals, output.record(totals))
     return 1 if totals["failed"] else 0
 
 
@@ -183,7 +193,8 @@ def _backup(rt: Runtime, args: argparse.Namespace) -> int:
     except BackupError as exc:
         print(f"memory-server: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(dataclasses.asdict(report)))
+    done = dataclasses.asdict(report)
+    output.emit(args.json, done, output.record(done))
     return 0
 
 
@@ -194,39 +205,54 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=__version__)
     commands = parser.add_subparsers(dest="command")
     commands.add_parser("serve", help="run the HTTP server (the default)")
+    # Every command that prints a result: readable text, or JSON for scripts.
+    as_json = argparse.ArgumentParser(add_help=False)
+    as_json.add_argument("--json", action="store_true", help="print the result as JSON")
 
     keys = commands.add_parser("keys", help="create, list or revoke API keys")
     key_commands = keys.add_subparsers(dest="keys_command", required=True)
-    create = key_commands.add_parser("create", help="create a key and print it once")
+    create = key_commands.add_parser(
+        "create", help="create a key and print it once", parents=[as_json]
+    )
     create.add_argument("--scope", required=True, help="admin, staff or agent:<agent>")
     create.add_argument("--agents", help="staff keys: comma-separated agents (default all)")
-    key_commands.add_parser("list", help="list keys (never their secrets)")
-    revoke = key_commands.add_parser("revoke", help="revoke a key by id")
+    key_commands.add_parser("list", help="list keys (never their secrets)", parents=[as_json])
+    revoke = key_commands.add_parser("revoke", help="revoke a key by id", parents=[as_json])
     revoke.add_argument("id")
 
     reindex = commands.add_parser(
-        "reindex", help="re-embed every fact, turn and summary into a model's index"
+        "reindex",
+        help="re-embed every fact, turn and summary into a model's index",
+        parents=[as_json],
     )
     reindex.add_argument("--model", help="sentence-transformers name or path (default: setting)")
     reindex.add_argument("--quiet", action="store_true", help="no progress bar")
 
     compact = commands.add_parser(
-        "compact", help="compact people now: summary and facts with the model, archive turns"
+        "compact",
+        help="compact people now: summary and facts with the model, archive turns",
+        parents=[as_json],
     )
     compact.add_argument("--agent", help="only this agent")
     compact.add_argument("--phone", help="only this person (E.164)")
     compact.add_argument("--quiet", action="store_true", help="no progress bar")
 
     backup = commands.add_parser(
-        "backup", help="copy the database and vector tables to DIR (safe while serving)"
+        "backup",
+        help="copy the database and vector tables to DIR (safe while serving)",
+        parents=[as_json],
     )
     backup.add_argument("dir", type=Path)
     restore = commands.add_parser(
-        "restore", help="replace the data folder with a backup from DIR (stop the server first)"
+        "restore",
+        help="replace the data folder with a backup from DIR (refused while a server serves it)",
+        parents=[as_json],
     )
     restore.add_argument("dir", type=Path)
 
-    forget = commands.add_parser("forget", help="erase a person's data for one agent")
+    forget = commands.add_parser(
+        "forget", help="erase a person's data for one agent", parents=[as_json]
+    )
     forget.add_argument("--agent", required=True)
     forget.add_argument("--phone", required=True, help="E.164, e.g. +15551234567")
     return parser

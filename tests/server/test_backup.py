@@ -70,7 +70,7 @@ def test_backup_while_serving_then_restore(
     finally:
         stop.set()
         thread.join()
-    assert '"messages": ' in capsys.readouterr().out
+    assert capsys.readouterr().out.splitlines()[0].startswith("folder ")  # readable by default
     assert main(["backup", str(tmp_path / "bk")], encoder_factory=fake_factory) == 2
     snapshot = dump(tmp_path / "bk" / "memory.db")
     written = table(settings.sqlite_path, "SELECT COUNT(*) FROM messages")[0][0]
@@ -96,7 +96,7 @@ def test_backup_while_serving_then_restore(
 
     restored = tmp_path / "restored"
     monkeypatch.setenv("MEMORY_DATA_DIR", str(restored))
-    assert main(["restore", str(tmp_path / "bk")], encoder_factory=fake_factory) == 0
+    assert main(["restore", str(tmp_path / "bk"), "--json"], encoder_factory=fake_factory) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["queued"] == report["messages"] + report["memories"]
     assert dump(restored / "memory.db") == snapshot, "every table comes back as it was"

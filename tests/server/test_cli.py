@@ -20,7 +20,7 @@ def test_keys_create_list_revoke(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path))
-    assert main(["keys", "create", "--scope", "admin"]) == 0
+    assert main(["keys", "create", "--scope", "admin", "--json"]) == 0
     made = json.loads(capsys.readouterr().out)
     assert made["scope"] == "admin" and made["key"].startswith("mk_")
 
@@ -33,6 +33,11 @@ def test_keys_create_list_revoke(
     assert main(["keys", "list"]) == 0
     listed = capsys.readouterr().out
     assert made["id"] in listed and made["key"] not in listed
+    assert listed.splitlines()[0].split() == ["ID", "SCOPE", "AGENTS", "CREATED_AT", "REVOKED_AT"]
+    assert main(["keys", "list", "--json"]) == 0
+    as_json = json.loads(capsys.readouterr().out)
+    assert {k["scope"] for k in as_json} == {"admin", "agent:a"}
+    assert all(set(k) == {"id", "scope", "agents", "created_at", "revoked_at"} for k in as_json)
     capsys.readouterr()
     assert main(["keys", "revoke", made["id"]]) == 0
     assert capsys.readouterr().out.strip() == f"revoked {made['id']}"
@@ -60,8 +65,10 @@ def test_forget_from_the_command_line(
     monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "fake-hash")
     argv = ["forget", "--agent", "a", "--phone", "+15551230001"]
-    assert main(argv, encoder_factory=fake_factory) == 0
+    assert main([*argv, "--json"], encoder_factory=fake_factory) == 0
     assert json.loads(capsys.readouterr().out)["deleted"]["messages"] == 1
+    assert main(argv, encoder_factory=fake_factory) == 0  # readable: a line a count
+    assert "deleted.messages   0" in capsys.readouterr().out
     assert main(["forget", "--agent", "a", "--phone", "12"]) == 2
 
 

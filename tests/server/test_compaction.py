@@ -311,7 +311,7 @@ def test_compact_command_with_a_progress_bar(
         "MEMORY_LLM_RETRIES": "0",
     }.items():
         monkeypatch.setenv(name, value)
-    assert main(["compact", "--agent", AGENT], encoder_factory=fake_factory) == 0
+    assert main(["compact", "--agent", AGENT, "--json"], encoder_factory=fake_factory) == 0
     captured = capsys.readouterr()
     assert '"archived": 25' in captured.out and '"facts_added": 3' in captured.out
     assert "compact" in captured.err, "tqdm draws its bar on stderr"

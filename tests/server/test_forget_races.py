@@ -405,7 +405,17 @@ def test_a_cli_forget_next_to_a_running_server_is_total_and_the_server_keeps_wor
                 "MEMORY_LOG_LEVEL": "warning",
             }
             done = subprocess.run(
-                [sys.executable, "-m", "server", "forget", "--agent", AGENT, "--phone", PHONE],
+                [
+                    sys.executable,
+                    "-m",
+                    "server",
+                    "forget",
+                    "--agent",
+                    AGENT,
+                    "--phone",
+                    PHONE,
+                    "--json",
+                ],
                 env=env,
                 cwd=ROOT,
                 capture_output=True,
