@@ -497,7 +497,7 @@ class VectorIndex:
             # _distance is 1 - cosine, so a cosine floor is a distance ceiling.
             query = query.distance_range(upper_bound=1.0 - min_score + 1e-6)
         # Not the vectors: turning 384 floats a row into Python objects cost more than the search.
-        found = self._read(query.select(_ROW_COLUMNS).to_list)
+        found = self._read(query.select([*_ROW_COLUMNS, "_distance"]).to_list)
         return [Hit(_row(r), 1.0 - float(r["_distance"])) for r in found]
 
     def keyword(self, text: str, *, where: str, k: int, column: str = "text") -> list[Hit]:
