@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import logging
 import os
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,13 +43,32 @@ class Runtime:
         return default_encoder_factory(self.settings)
 
 
+def _port_in_use(host: str, port: int) -> str | None:
+    """Why the port cannot be had, before seconds go into loading the model (uvicorn binds
+    only after the app's start-up). A server that takes it meanwhile still fails in uvicorn."""
+    probe = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        probe.bind((host, port))
+    except OSError as exc:
+        return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+    finally:
+        probe.close()
+    return None
+
+
 def _serve(rt: Runtime, _: argparse.Namespace) -> int:
+    settings = rt.settings
+    busy = _port_in_use(settings.host, settings.port)
+    if busy:
+        print(f"memory-server: {busy} (set MEMORY_PORT or stop what uses it)", file=sys.stderr)
+        return 2
+
     import uvicorn
 
     from server.app import create_app
     from server.http import with_header_timeout
 
-    settings = rt.settings
     _raise_open_files_limit()
     native.limit_arenas()  # before the model and LanceDB start their threads
     uvicorn.run(

@@ -119,3 +119,36 @@ def test_commands_that_need_no_model_do_not_import_the_model_stack(
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "LOADED [] 0", done.stdout
+
+
+def test_serve_on_a_busy_port_says_so_before_loading_the_model(tmp_path: Path) -> None:
+    import socket
+    import time
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    try:
+        started = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-m", "server", "serve"],
+            env={
+                "MEMORY_DATA_DIR": str(tmp_path / "data"),
+                "MEMORY_HOST": "127.0.0.1",
+                "MEMORY_PORT": str(port),
+                "PATH": "/usr/bin:/bin",
+            },
+            cwd=Path(__file__).resolve().parents[2],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        seconds = time.perf_counter() - started
+    finally:
+        taken.close()
+    assert done.returncode == 2, done.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "MEMORY_PORT" in done.stderr
+    assert seconds < 10  # no model loaded first (the default model takes seconds more)
+    assert not (tmp_path / "data" / "memory.db").exists()  # nor the data folder opened
