@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from embeddings.encoder import Vectors
-from embeddings.index import vector_text
+from embeddings.index import IndexRow, vector_text
 from server.hooks import Hooks
 from server.indexer import (
     ACTIVE_MODEL,
@@ -190,13 +190,18 @@ class Upgrade:
         )
 
     def _write_chunk(self, kind: str, ids: list[str]) -> None:
-        """Embed outside the lock what the table lacks; write SQLite's state under it."""
+        """Embed outside the lock what the table lacks; write SQLite's state under it. A row
+        the table holds with the same own words keeps its vector (a resumed build, or a turn
+        whose keyword text only gained a neighbour)."""
         target = self._target
+
+        def stale(row: IndexRow, have: dict[str, tuple[IndexRow, Vectors]]) -> bool:
+            held = have.get(row.id)
+            return held is None or vector_text(held[0]) != vector_text(row)
+
         rows = source_rows(self._store, kind, ids, self._window)
         have = target.index.get([r.id for r in rows])
-        texts = sorted(
-            {vector_text(r) for r in rows if (h := have.get(r.id)) is None or h[0].text != r.text}
-        )
+        texts = sorted({vector_text(r) for r in rows if stale(r, have)})
         vectors: dict[str, Vectors] = {}
         if texts:
             embedded = embed_until(target.encoder.encode_bulk, texts, self._stop)
@@ -205,8 +210,13 @@ class Upgrade:
             rows = source_rows(self._store, kind, ids, self._window)
             have = target.index.get([r.id for r in rows])
             todo = [r for r in rows if (h := have.get(r.id)) is None or h[0].text != r.text]
-            late = sorted({vector_text(r) for r in todo} - set(vectors))
+            late = sorted({vector_text(r) for r in todo if stale(r, have)} - set(vectors))
             if late:  # edited since the read above
                 vectors.update(zip(late, target.encoder.encode_bulk(late), strict=True))
             if todo:
-                target.index.upsert(todo, np.stack([vectors[vector_text(r)] for r in todo]))
+                target.index.upsert(
+                    todo,
+                    np.stack(
+                        [vectors[vector_text(r)] if stale(r, have) else have[r.id][1] for r in todo]
+                    ),
+                )

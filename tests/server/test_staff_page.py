@@ -24,7 +24,9 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def _browser_or_skip() -> str:
-    """Chromium's path; skips with the reason when it cannot run here, fails in CI."""
+    """Chromium's path. Under ./scripts/test (and CI) MEMORY_REQUIRE_BROWSER=1 wherever
+    Chromium is or can be installed, so a missing browser fails the test; only a bare pytest
+    run, or a non-root machine without Chromium, skips it, with the reason."""
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:

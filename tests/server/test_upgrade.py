@@ -251,7 +251,21 @@ def test_a_table_of_the_previous_version_is_rebuilt_with_own_word_vectors(
             headers=admin(),
         ).json()["items"]
         assert search[0]["id"] == ids["kept"]
+        hooks = services(client).upgrade._hooks  # type: ignore[union-attr]
+        hooks.once("upgrade.chunk_written", lambda: s.upgrade.stop())  # type: ignore[union-attr]
+        s.upgrade.run()  # stops after its first chunk: the turns
+        assert s.store.meta(ACTIVE_TABLE) == legacy_name
+
+    with served(data, OLD) as client:  # restarted: still answering from the old table
+        s = services(client)
+        assert s.upgrade is not None and s.indexer.space.index.name == legacy_name
+        turn(client, ALICE, "alice is back with more garden news")  # 2 turns gain a neighbour
+        inner = s.upgrade.target.encoder._inner  # type: ignore[attr-defined]
+        before = len(inner.calls)
         s.upgrade.run()
+        # The new turn and the 4 memories; the turns written before the stop keep their
+        # vectors, even the two whose keyword text gained the new turn as a neighbour.
+        assert sum(inner.calls[before:]) == 1 + 4
         assert s.indexer.space.index.name == table_name(OLD, 32)
         assert s.store.meta(ACTIVE_TABLE) == table_name(OLD, 32)
         rebuilt = table(data, OLD, 32)
