@@ -19,6 +19,15 @@ class Calibration:
     excerpt_threshold: float  # semantic excerpts below this cosine to the question are dropped
     # hybrid search: fused = weight * cosine + (1 - weight) * bm25 / (bm25 + 5)
     semantic_weight: float
+    # Staff search's relevance (server/relevance.py), per mode, as (filler, answer): the score
+    # that the filler on a page of results gets (the median of results that are not the
+    # answer), and the score of the turn that answers the question (its median). Keyword
+    # scores are BM25 squashed by bm25 / (bm25 + 5) first. benchmarks/results/staff.*.md.
+    # Unswept models: the score itself, read on a plain scale, and nothing hidden.
+    semantic_anchors: tuple[float, float] = (0.0, 0.6)
+    hybrid_anchors: tuple[float, float] = (0.0, 0.6)
+    keyword_anchors: tuple[float, float] = (0.0, 0.5)
+    staff_floor: float = 0.0  # relevance below which staff search does not show a result
 
 
 # benchmarks/results/bench_thresholds.md (222 labelled fact pairs; LoCoMo and the multilingual
@@ -30,8 +39,30 @@ class Calibration:
 # Hybrid weight: benchmarks/results/fusion.*.md (bench_fusion.py: LoCoMo and the multilingual
 # set, history + 15 excerpts, keyword text with two neighbours). e5's cosines lie in a narrow
 # band, so its semantic half gets more weight; MiniLM's spread wider and get less.
-E5_SMALL = Calibration(duplicate_threshold=0.985, excerpt_threshold=0.70, semantic_weight=0.7)
-MINILM = Calibration(duplicate_threshold=0.98, excerpt_threshold=0.0, semantic_weight=0.5)
+# Staff relevance (benchmarks/results/staff.*.md, bench_staff.py: every conversation in one
+# table, each question asked of everyone, hybrid): filler's hybrid score has a median of 0.59
+# on the multilingual set and 0.71 on LoCoMo, whose chit-chat shares words with every
+# question; the answer's is 0.71 and 0.76. So 0 is put below both sets' filler and the floor
+# hides only what is no better than that: it keeps the answer on the page as often as showing
+# everything does, where any higher floor cost answers (the table in the README).
+E5_SMALL = Calibration(
+    duplicate_threshold=0.985,
+    excerpt_threshold=0.70,
+    semantic_weight=0.7,
+    semantic_anchors=(0.75, 0.84),
+    hybrid_anchors=(0.57, 0.75),
+    staff_floor=0.01,
+)
+MINILM = Calibration(
+    duplicate_threshold=0.98,
+    excerpt_threshold=0.0,
+    semantic_weight=0.5,
+    # filler's hybrid median is 0.30 (multilingual) and 0.40 (LoCoMo), the answer's 0.50; 0 sits
+    # at the answer's 10th percentile on the multilingual set, which MiniLM reads poorly
+    semantic_anchors=(0.08, 0.4),
+    hybrid_anchors=(0.15, 0.5),
+    staff_floor=0.01,
+)
 # Another sentence-transformers model: no sweep of ours, so the most conservative values (a
 # duplicate must be near-identical; no excerpt floor; semantic and keyword halves even).
 OTHER = Calibration(duplicate_threshold=0.985, excerpt_threshold=0.0, semantic_weight=0.5)

@@ -156,13 +156,31 @@ class MemoryService:
         return self._compaction.run(agent, phone, force=True)
 
     def list_messages(
-        self, agent: str, phone: str, *, limit: int, before_id: int | None
-    ) -> tuple[list[Message], int | None]:
-        """A page of turns, newest first, and the cursor for the next page (None at the end)."""
+        self,
+        agent: str,
+        phone: str,
+        *,
+        limit: int,
+        before_id: int | None,
+        after_id: int | None = None,
+    ) -> tuple[list[Message], int | None, int | None]:
+        """A page of turns, newest first, with the cursors for the older page (before_id)
+        and, when the page was asked after a turn, the newer one (after_id); None at the end.
+        Asked after a turn, the page holds the `limit` turns just after it."""
+        if after_id is not None:
+            page = self._store.list_messages(
+                agent, phone, limit=limit + 1, before_id=None, after_id=after_id
+            )
+            newer = len(page) > limit
+            page = page[-limit:]
+            if not page:
+                return [], None, None
+            older = self._store.list_messages(agent, phone, limit=1, before_id=page[-1].id)
+            return page, (page[-1].id if older else None), (page[0].id if newer else None)
         page = self._store.list_messages(agent, phone, limit=limit + 1, before_id=before_id)
         more = len(page) > limit
         page = page[:limit]
-        return page, (page[-1].id if more and page else None)
+        return page, (page[-1].id if more and page else None), None
 
     # -- context -----------------------------------------------------------------------------
 

@@ -59,7 +59,10 @@ class MessageOut(BaseModel):
 
 class MessagePage(BaseModel):
     items: list[MessageOut]
-    next_before_id: int | None
+    next_before_id: int | None = Field(description="pass as before_id for older turns")
+    newer_after_id: int | None = Field(
+        None, description="pass as after_id for newer turns (pages asked with after_id)"
+    )
 
 
 # -- context ------------------------------------------------------------------------------------
@@ -525,6 +528,13 @@ class StaffSearchIn(Strict):
     limit: int = Field(20, ge=1, le=200)
     offset: int = Field(0, ge=0, le=10_000)
     threshold: float | None = Field(None, ge=-1.0, le=1.0, description="Cosine floor.")
+    min_relevance: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="Show results of at least this relevance (0 shows all). Unset: the "
+        "model's floor (0.01 for the bundled models: only what scores as filler is hidden).",
+    )
 
 
 class StaffHit(BaseModel):
@@ -539,11 +549,20 @@ class StaffHit(BaseModel):
     highlights: list[tuple[int, int]] = Field(
         description="[start, end) character spans of the query's words in the text."
     )
+    relevance: float = Field(
+        description="0 (what filler scores) to 1 (what the answer to a question typically "
+        "scores), for the model and mode in use; the order is the score's."
+    )
+    match: Literal["strong", "good", "weak"] = Field(description="the relevance in words")
 
 
 class StaffSearchOut(BaseModel):
     items: list[StaffHit]
     next_offset: int | None
+    floor: float = Field(description="the relevance a result needed to be shown")
+    hidden: int = Field(
+        description="results found but below the floor (ask again with min_relevance 0)"
+    )
 
 
 class AuditOut(BaseModel):

@@ -7,10 +7,12 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
+from embeddings.calibration import calibration_for
 from embeddings.index import Hit, quote
 from server.auth import Principal
 from server.hooks import Hooks
 from server.indexer import Indexer
+from server.relevance import relevance
 from server.store import Store
 
 KIND_OF = {"facts": "fact", "turns": "turn", "summaries": "summary"}
@@ -68,12 +70,16 @@ class StaffQuery:
     limit: int = 20
     offset: int = 0
     threshold: float | None = None
+    # The relevance a result needs (server/relevance.py); None: the model's staff floor.
+    min_relevance: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class StaffPage:
     items: list[Found]
     more: bool  # a next page exists
+    floor: float  # the relevance a result needed to be shown
+    hidden: int  # results found but not shown for being below it
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +93,7 @@ class Found:
     created_at: str
     status: str
     highlights: list[tuple[int, int]]
+    relevance: float = 0.0  # 0 filler .. 1 as close as an answer comes (server/relevance.py)
 
 
 class StaffSearch:
@@ -100,7 +107,8 @@ class StaffSearch:
 
     def search(self, principal: Principal, q: StaffQuery) -> StaffPage:
         agents = self._allowed_agents(principal, q.agents)
-        hits = self._indexer.space.retrieve(
+        space = self._indexer.space  # one model for the search and its reading, mid-upgrade too
+        hits = space.retrieve(
             q.mode,
             q.query,
             where=self._where(q, agents),
@@ -108,7 +116,14 @@ class StaffSearch:
             min_score=q.threshold,
             own_words=True,  # staff look for who said it: the turn itself comes first
         )
-        window = self._still_there(hits)[q.offset : q.offset + q.limit + 1]
+        calibration = calibration_for(space.encoder.name)
+        there = [
+            replace(f, relevance=relevance(f.score, q.mode, calibration))
+            for f in self._still_there(hits)
+        ]
+        floor = calibration.staff_floor if q.min_relevance is None else q.min_relevance
+        shown = [f for f in there if f.relevance >= floor]
+        window = shown[q.offset : q.offset + q.limit + 1]
         found = window[: q.limit]
         self._hooks.reach("staff.searched")
         people = sorted({(f.agent, f.phone) for f in found if f.phone})
@@ -124,6 +139,8 @@ class StaffSearch:
         return StaffPage(
             items=[replace(f, highlights=highlight(f.text, q.query)) for f in found],
             more=len(window) > q.limit,
+            floor=floor,
+            hidden=len(there) - len(shown),
         )
 
     @staticmethod
@@ -230,4 +247,5 @@ def _filters(q: StaffQuery) -> dict[str, Any]:
         "limit": q.limit,
         "offset": q.offset,
         "threshold": q.threshold,
+        "min_relevance": q.min_relevance,
     }

@@ -562,9 +562,23 @@ class Store:
         return [r[0] for r in rows]
 
     def list_messages(
-        self, agent: str, phone: str, *, limit: int, before_id: int | None
+        self,
+        agent: str,
+        phone: str,
+        *,
+        limit: int,
+        before_id: int | None,
+        after_id: int | None = None,
     ) -> list[Message]:
-        """All turns of a person, archived or not, newest first, before a cursor."""
+        """All turns of a person, archived or not, newest first: the newest before a cursor,
+        or (after_id) the oldest after one."""
+        if after_id is not None:
+            rows = self._reader().execute(
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE agent = ? AND phone = ?"
+                " AND id > ? ORDER BY id ASC LIMIT ?",
+                (agent, phone, after_id, limit),
+            )
+            return [_message(r) for r in rows][::-1]
         rows = self._reader().execute(
             f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE agent = ? AND phone = ?"
             " AND id < ? ORDER BY id DESC LIMIT ?",

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, Response, status
 
 from server import validation
 from server.deps import AgentDep, PhoneDep, PrincipalDep, ServicesDep
+from server.errors import InvalidInput
 from server.schemas import (
     CompactOut,
     DeletedCounts,
@@ -67,11 +68,20 @@ def list_messages(
     services: ServicesDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     before_id: Annotated[int | None, Query(ge=1, le=2**62)] = None,
+    after_id: Annotated[int | None, Query(ge=0, le=2**62)] = None,
 ) -> MessagePage:
-    """Recent and archived turns, newest first, a page at a time."""
+    """Recent and archived turns, newest first, a page at a time: the newest (before
+    `before_id`, when given), or the `limit` turns just after `after_id` (the staff page opens
+    a timeline around a turn this way); `newer_after_id` pages on towards the newest."""
     principal.require_read(agent)
-    items, cursor = services.memory.list_messages(agent, phone, limit=limit, before_id=before_id)
-    return MessagePage(items=[message_out(m) for m in items], next_before_id=cursor)
+    if before_id is not None and after_id is not None:
+        raise InvalidInput("give before_id or after_id, not both", "conflicting_cursors")
+    items, older, newer = services.memory.list_messages(
+        agent, phone, limit=limit, before_id=before_id, after_id=after_id
+    )
+    return MessagePage(
+        items=[message_out(m) for m in items], next_before_id=older, newer_after_id=newer
+    )
 
 
 @router.get("/export", response_model=ExportOut)

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query
 
 from server import validation
 from server.deps import PrincipalDep, ServicesDep
+from server.relevance import in_words
 from server.schemas import AuditList, AuditOut, StaffHit, StaffSearchIn, StaffSearchOut
 from server.search import StaffQuery
 
@@ -31,6 +32,7 @@ def staff_search(
         limit=body.limit,
         offset=body.offset,
         threshold=body.threshold,
+        min_relevance=body.min_relevance,
     )
     page = services.search.search(principal, query)
     items = [
@@ -44,10 +46,17 @@ def staff_search(
             created_at=f.created_at,
             status=f.status,
             highlights=f.highlights,
+            relevance=f.relevance,
+            match=in_words(f.relevance),
         )
         for f in page.items
     ]
-    return StaffSearchOut(items=items, next_offset=body.offset + body.limit if page.more else None)
+    return StaffSearchOut(
+        items=items,
+        next_offset=body.offset + body.limit if page.more else None,
+        floor=page.floor,
+        hidden=page.hidden,
+    )
 
 
 @router.get("/audit", response_model=AuditList)

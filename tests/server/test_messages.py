@@ -252,6 +252,39 @@ def test_list_messages_pages_newest_first_with_archived(api: Api) -> None:
     assert_error(api.client.get(url, params={"before_id": "x"}, headers=admin()), 422)
 
 
+def test_list_messages_after_a_turn_pages_towards_the_newest(api: Api) -> None:
+    """The staff page opens a conversation at a matched turn: the turns just after it."""
+    ids = [api.post_turn(f"m{i}").json()["id"] for i in range(6)]
+    api.post_turn("someone else's", phone="+15550009999")  # not in this person's pages
+    url = f"/v1/agents/{AGENT}/people/{PHONE}/messages"
+
+    def page(**params: object) -> Any:
+        response = api.client.get(url, params=params, headers=admin())
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    first = page(limit=2, after_id=ids[1])
+    assert [m["id"] for m in first["items"]] == [ids[3], ids[2]]  # newest first, as always
+    assert first["newer_after_id"] == ids[3] and first["next_before_id"] == ids[2]
+    last = page(limit=5, after_id=first["newer_after_id"])
+    assert [m["id"] for m in last["items"]] == [ids[5], ids[4]]
+    assert last["newer_after_id"] is None
+    assert page(limit=5, after_id=ids[5]) == {
+        "items": [],
+        "next_before_id": None,
+        "newer_after_id": None,
+    }
+    # From the start: after_id 0 is the person's first turns.
+    assert [m["id"] for m in page(limit=2, after_id=0)["items"]] == [ids[1], ids[0]]
+    assert page(limit=2)["newer_after_id"] is None  # (only pages asked after a turn have it)
+    assert_error(
+        api.client.get(url, params={"before_id": 3, "after_id": 1}, headers=admin()),
+        422,
+        "conflicting_cursors",
+    )
+    assert_error(api.client.get(url, params={"after_id": -1}, headers=admin()), 422)
+
+
 def test_other_people_and_agents_are_kept_apart(api: Api) -> None:
     api.post_turn("mine")
     api.post_turn("someone else", phone="+15559990000")

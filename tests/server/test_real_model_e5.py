@@ -144,3 +144,49 @@ def test_the_duplicate_threshold_merges_rewrites_and_keeps_changed_values(
         ("Her birthday is on 14 May", "Her birthday is on 15 May"),
     ]:
         assert same(a, b) < threshold, (a, b)
+
+
+def test_staff_search_hides_filler_below_the_floor_and_keeps_the_paraphrase(
+    client: TestClient,
+) -> None:
+    rosa = "My grandmother Rosa turns ninety on the fourteenth of May"
+    filler = [
+        "Can you check the delivery of my order?",
+        "Sure, it ships on Monday from the warehouse.",
+        "I need a new charger for my phone",
+        "We have USB-C chargers in black and white.",
+    ]
+    turns = [rosa, "I want a refund for the blue jacket, order 48213"]
+    turns += [filler[i % len(filler)] + f" ({i})" for i in range(40)]
+    for i, text in enumerate(turns):
+        role = "user" if i % 2 == 0 else "assistant"
+        response = client.post(
+            f"{P}/messages", json={"role": role, "content": text}, headers=admin()
+        )
+        assert response.status_code == 201
+    client.app.state.services.indexer.drain()  # type: ignore[attr-defined]
+
+    def staff(**body: object) -> dict[str, object]:
+        response = client.post("/v1/search", json={"kinds": ["turns"], **body}, headers=admin())
+        assert response.status_code == 200, response.text
+        found: dict[str, object] = response.json()
+        return found
+
+    # A paraphrase (no word shared) comes first, the filler is hidden and counted.
+    found = staff(query="When is my granny having her birthday?", limit=50)
+    items = found["items"]
+    assert isinstance(items, list) and items[0]["text"] == rosa, items
+    assert 0 < items[0]["relevance"] <= 1 and items[0]["match"] in ("weak", "good", "strong")
+    assert found["floor"] == 0.01 and isinstance(found["hidden"], int) and found["hidden"] >= 20
+    assert len(items) + found["hidden"] == 42  # everything was looked at: shown or hidden
+    relevances = [i["relevance"] for i in items]
+    assert relevances == sorted(relevances, reverse=True)  # the order is the score's
+    # min_relevance 0 shows everything, filler included, relevance 0 at the bottom.
+    everything = staff(query="When is my granny having her birthday?", limit=50, min_relevance=0)
+    shown = everything["items"]
+    assert isinstance(shown, list) and len(shown) == 42 and everything["hidden"] == 0
+    assert shown[-1]["relevance"] == 0.0 and shown[-1]["match"] == "weak"
+    # The order number, asked by its words: the one turn that has it is a strong match.
+    exact = staff(query="order 48213 refund", mode="keyword")["items"]
+    assert isinstance(exact, list) and exact[0]["text"].endswith("order 48213")
+    assert exact[0]["match"] == "strong"

@@ -186,3 +186,28 @@ def test_a_memory_about_no_one_person_has_no_phone(seeded: Api) -> None:
     ]
     audit = seeded.client.get("/v1/audit", headers=admin()).json()["items"]
     assert audit[0]["result_count"] == 0 and audit[0]["results"] == []
+
+
+def test_relevance_is_shown_and_an_unswept_model_hides_nothing(seeded: Api) -> None:
+    found = search(seeded, query="refund blue jacket", limit=50)
+    items = found["items"]
+    assert all(0.0 <= i["relevance"] <= 1.0 for i in items)
+    assert all(i["match"] in ("strong", "good", "weak") for i in items)
+    relevances = [i["relevance"] for i in items]
+    assert relevances == sorted(relevances, reverse=True)
+    # The fake model has no sweep of ours: no floor, nothing hidden.
+    assert found["floor"] == 0.0 and found["hidden"] == 0
+    # A floor asked for hides the weaker results and counts them.
+    floored = search(seeded, query="refund blue jacket", limit=50, min_relevance=0.5)
+    assert floored["floor"] == 0.5
+    assert all(i["relevance"] >= 0.5 for i in floored["items"])
+    assert len(floored["items"]) + floored["hidden"] == len(items)
+    assert floored["hidden"] > 0
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, "high"])
+def test_min_relevance_out_of_range_is_422(seeded: Api, bad: object) -> None:
+    response = seeded.client.post(
+        "/v1/search", json={"query": "jacket", "min_relevance": bad}, headers=admin()
+    )
+    assert_error(response, 422)

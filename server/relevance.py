@@ -1,0 +1,34 @@
+"""Relevance a person can read: a search score turned into 0-1, and in words.
+
+Raw scores do not speak: e5 gives filler a cosine of 0.78, BM25 has no upper end, and a
+hybrid score mixes both. Staff search shows instead where a result stands between what filler
+scores (0) and what the answer to a question typically scores (1), for the model and mode in
+use (embeddings/calibration.py); staff search hides what falls below the model's floor. The
+mapping keeps the order of the scores, so pages stay stable."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from embeddings.calibration import Calibration
+from embeddings.index import BM25_SCALE
+
+Match = Literal["strong", "good", "weak"]
+WORDS: tuple[tuple[float, Match], ...] = ((0.75, "strong"), (0.4, "good"), (0.0, "weak"))
+
+
+def relevance(score: float, mode: str, calibration: Calibration) -> float:
+    """0 at the filler's score or below, 1 at the answer's typical score or above."""
+    if mode == "keyword":
+        score = max(score, 0.0) / (max(score, 0.0) + BM25_SCALE)
+        low, high = calibration.keyword_anchors
+    elif mode == "semantic":
+        low, high = calibration.semantic_anchors
+    else:
+        low, high = calibration.hybrid_anchors
+    share = (score - low) / (high - low)
+    return round(min(max(share, 0.0), 1.0), 3)
+
+
+def in_words(value: float) -> Match:
+    return next(word for bound, word in WORDS if value >= bound)
