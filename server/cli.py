@@ -242,7 +242,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     reindex = commands.add_parser(
         "reindex",
-        help="re-embed every fact, turn and summary into a model's index",
+        help="re-embed every fact, turn and summary into a model's index (next to a running"
+        " server: only its own table)",
+        description="Re-embed every fact, turn and summary into a model's index. Next to a"
+        " running server only into the table it serves: to move a running server to another"
+        " model, restart it with MEMORY_EMBEDDING_MODEL (it builds the new table while it"
+        " answers), or stop it first.",
         parents=[as_json],
     )
     reindex.add_argument("--model", help="sentence-transformers name or path (default: setting)")

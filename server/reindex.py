@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
 from tqdm import tqdm
 
-from embeddings.index import FolderWriteLock, VectorIndex, vector_text
+from embeddings.encoder import Encoder
+from embeddings.index import FolderWriteLock, VectorIndex, table_name, vector_text
 from server.app import EncoderFactory
 from server.config import Settings
 from server.hooks import Hooks
@@ -20,6 +22,7 @@ from server.indexer import (
     queue_missing,
     source_rows,
 )
+from server.serving import no_server
 from server.store import Store
 
 
@@ -45,58 +48,94 @@ def rebuild_index(
     """Re-embed every turn, memory and summary with `model` into its own table, remove rows
     whose source is gone, then mark the model active: a running server switches to it.
 
-    Safe next to a running server: its writes and a forget's purge take the index folder's
-    write lock in turn (each write starts from the latest version, so a purge never pulls
-    files from under it); a row is an orphan only when SQLite no longer has its source, so a
-    turn stored meanwhile is never deleted; what arrived after its chunk was read is queued
-    for the server's indexer; a person forgotten meanwhile is purged again at the end."""
+    Into the table a running server serves, safe next to it: its writes and a forget's purge
+    take the index folder's write lock in turn (each write starts from the latest version, so
+    a purge never pulls files from under it); a row is an orphan only when SQLite no longer
+    has its source, so a turn stored meanwhile is never deleted; what arrived after its chunk
+    was read is queued for the server's indexer; a person forgotten meanwhile is purged again
+    at the end. Into another table (another model, or a newer table version), FolderInUse
+    while a server serves the folder, and no server starts until it is done: until the server
+    switches, it writes every change to the table it serves only, so an edit made after its
+    chunk was written would stay stale in the new table. server/upgrade.py makes that move
+    under traffic, writing both tables: restart the server with the model configured."""
     hooks = hooks or Hooks()
     started = time.perf_counter()
     store = Store(settings.sqlite_path, busy_timeout_ms=settings.busy_timeout_ms)
     try:
         encoder = factory(model)
-        index = VectorIndex(settings.lance_path, encoder.name, encoder.dim)
-        written = 0
-        bar = tqdm(
-            total=store.count_sources(), desc=f"reindex {model}", unit="item", disable=not progress
-        )
-        for kind in KINDS:
-            for ids in store.iter_sources(kind, chunk):
-                texts = sorted(
-                    {vector_text(r) for r in source_rows(store, kind, ids, settings.turn_window)}
-                )
-                vectors = dict(zip(texts, encoder.encode(texts), strict=True))
-                hooks.reach("reindex.embedded")
-                # Written from SQLite's state under the folder's write lock, which the server's
-                # indexer and a forget hold while they read and write: an edit or a forget
-                # since the read above is seen here, never overwritten with the old text.
-                with FolderWriteLock.of(settings.lance_path):
-                    rows = source_rows(store, kind, ids, settings.turn_window)
-                    changed = sorted({vector_text(r) for r in rows} - set(vectors))
-                    if changed:
-                        vectors.update(zip(changed, encoder.encode(changed), strict=True))
-                    if rows:
-                        index.upsert(rows, np.stack([vectors[vector_text(r)] for r in rows]))
-                written += len(rows)
-                bar.update(len(ids))
-                hooks.reach("reindex.batch_written")
-        bar.close()
-        orphans = orphans_of(store, index)
-        index.delete_ids(orphans)
-        if orphans:
-            index.purge()  # deletions made physical: an orphan may be a forgotten person's
-        else:
-            index.optimize()
-        queued = queue_missing(store, index)
-        store.set_meta(ACTIVE_MODEL, encoder.name)
-        store.set_meta(ACTIVE_TABLE, index.name)
-        return ReindexReport(
-            model=model,
-            table=index.name,
-            items=written,
-            orphans_removed=len(orphans),
-            seconds=round(time.perf_counter() - started, 2),
-            queued_after=queued,
-        )
+        with _alone_unless_served(settings, store, encoder):
+            return _rebuild(settings, store, encoder, model, progress, chunk, hooks, started)
     finally:
         store.close()
+
+
+def _alone_unless_served(
+    settings: Settings, store: Store, encoder: Encoder
+) -> AbstractContextManager[None]:
+    """Nothing to hold when the table is the one served (or nothing was ever served); else the
+    folder to ourselves (server/serving.py)."""
+    target = table_name(encoder.name, encoder.dim)
+    if store.meta(ACTIVE_TABLE) in (None, target):
+        return nullcontext()
+    return no_server(
+        settings.data_dir,
+        f"a reindex into {target} next to it would miss what the server writes meanwhile."
+        f" To move it to {encoder.name}, restart it with MEMORY_EMBEDDING_MODEL={encoder.name}:"
+        " it builds the new table while answering from the old one. Or stop it, then run"
+        " this again",
+    )
+
+
+def _rebuild(
+    settings: Settings,
+    store: Store,
+    encoder: Encoder,
+    model: str,
+    progress: bool,
+    chunk: int,
+    hooks: Hooks,
+    started: float,
+) -> ReindexReport:
+    index = VectorIndex(settings.lance_path, encoder.name, encoder.dim)
+    written = 0
+    bar = tqdm(
+        total=store.count_sources(), desc=f"reindex {model}", unit="item", disable=not progress
+    )
+    for kind in KINDS:
+        for ids in store.iter_sources(kind, chunk):
+            texts = sorted(
+                {vector_text(r) for r in source_rows(store, kind, ids, settings.turn_window)}
+            )
+            vectors = dict(zip(texts, encoder.encode(texts), strict=True))
+            hooks.reach("reindex.embedded")
+            # Written from SQLite's state under the folder's write lock, which the server's
+            # indexer and a forget hold while they read and write: an edit or a forget
+            # since the read above is seen here, never overwritten with the old text.
+            with FolderWriteLock.of(settings.lance_path):
+                rows = source_rows(store, kind, ids, settings.turn_window)
+                changed = sorted({vector_text(r) for r in rows} - set(vectors))
+                if changed:
+                    vectors.update(zip(changed, encoder.encode(changed), strict=True))
+                if rows:
+                    index.upsert(rows, np.stack([vectors[vector_text(r)] for r in rows]))
+            written += len(rows)
+            bar.update(len(ids))
+            hooks.reach("reindex.batch_written")
+    bar.close()
+    orphans = orphans_of(store, index)
+    index.delete_ids(orphans)
+    if orphans:
+        index.purge()  # deletions made physical: an orphan may be a forgotten person's
+    else:
+        index.optimize()
+    queued = queue_missing(store, index)
+    store.set_meta(ACTIVE_MODEL, encoder.name)
+    store.set_meta(ACTIVE_TABLE, index.name)
+    return ReindexReport(
+        model=model,
+        table=index.name,
+        items=written,
+        orphans_removed=len(orphans),
+        seconds=round(time.perf_counter() - started, 2),
+        queued_after=queued,
+    )

@@ -1,6 +1,8 @@
 """Which data folders a server is serving: a lock file every running server holds shared, so
 that commands that must not run under it (`restore`, which replaces the files the server has
-open) can tell and refuse. flock locks go with the process: a killed server holds none."""
+open; `reindex` into a table the server does not serve, whose switch would lose the server's
+writes meanwhile) can tell and refuse. flock locks go with the process: a killed server holds
+none."""
 
 from __future__ import annotations
 
@@ -29,13 +31,17 @@ class ServingLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        """Waits while a restore has the folder (it takes seconds), saying so."""
+        """Waits while a command has the folder to itself (a restore, a reindex into another
+        table), saying so."""
         self._path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            log.warning("%s is being restored: waiting for it to finish", self._path.parent)
+            log.warning(
+                "%s is in use by a restore or a reindex: waiting for it to finish",
+                self._path.parent,
+            )
             fcntl.flock(fd, fcntl.LOCK_SH)
         self._fd = fd
 
@@ -46,18 +52,16 @@ class ServingLock:
 
 
 @contextmanager
-def no_server(data_dir: Path) -> Iterator[None]:
-    """Exclusive use of the folder: FolderInUse at once when a server is serving it, and no
-    server can start on it until the block ends."""
+def no_server(data_dir: Path, advice: str = "stop it first, then run this again") -> Iterator[None]:
+    """Exclusive use of the folder: FolderInUse (saying `advice`) at once when a server is
+    serving it, and no server can start on it until the block ends."""
     data_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(data_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise FolderInUse(
-                f"a server is serving {data_dir}: stop it first, then run this again"
-            ) from None
+            raise FolderInUse(f"a server is serving {data_dir}: {advice}") from None
         yield
     finally:
         os.close(fd)
