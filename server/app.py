@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -149,10 +150,14 @@ def open_services(
     encoder_factory: EncoderFactory | None = None,
     before_ack: Callable[[], None] | None = None,
     hooks: Hooks | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> Services:
     """Open the stores, the model and the index, and build the services (also for the CLI).
-    Tests pass hooks to drive races at named points (see server/hooks.py)."""
+    Tests pass hooks to drive races at named points (see server/hooks.py); `progress` hears
+    each step (serve logs it, and /health shows it while starting)."""
     hooks = hooks or Hooks()
+    step = progress or (lambda _: None)
+    step(f"opening the database in {settings.data_dir}")
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     store = Store(
         settings.sqlite_path,
@@ -161,7 +166,9 @@ def open_services(
         synchronous=settings.sqlite_synchronous,
     )
     load = encoder_factory or default_encoder_factory(settings)
+    step(f"loading the model {settings.embedding_model}")
     wanted = load(settings.embedding_model)
+    step(f"opening the vector index in {settings.lance_path}")
     serving = _previous_space(settings, store, load, wanted)
     if serving is None:
         space = open_space(settings, store, wanted)
@@ -217,6 +224,7 @@ def create_app(
     encoder_factory: EncoderFactory | None = None,
     run_workers: bool = True,
     hooks: Hooks | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> FastAPI:
     """The ASGI app. Stores, model, indexer and compaction open at start-up and close at
     shutdown. Tests pass a fake encoder_factory, and run_workers=False to drive the background
@@ -226,9 +234,22 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         serving = ServingLock(settings.data_dir)  # `restore` refuses while it is held
         serving.acquire()
-        services = open_services(
-            settings, clock=clock, encoder_factory=encoder_factory, hooks=hooks
-        )
+        # In a worker thread: the event loop stays free to answer while the model loads
+        # (server/startup.py answers /health "starting" meanwhile).
+        try:
+            services = await anyio.to_thread.run_sync(
+                functools.partial(
+                    open_services,
+                    settings,
+                    clock=clock,
+                    encoder_factory=encoder_factory,
+                    hooks=hooks,
+                    progress=progress,
+                )
+            )
+        except BaseException:
+            serving.release()
+            raise
         app.state.services = services
         if run_workers:
             services.indexer.start()

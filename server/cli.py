@@ -8,7 +8,7 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +22,8 @@ from server.logs import RepeatFilter
 from server.store import Store
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
+
     from server.app import EncoderFactory
 
 
@@ -66,13 +68,25 @@ def _serve(rt: Runtime, _: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from server.app import create_app
     from server.http import with_header_timeout
+    from server.startup import Starter
 
     _raise_open_files_limit()
     native.limit_arenas()  # before the model and LanceDB start their threads
-    uvicorn.run(
-        create_app(settings, encoder_factory=rt.encoder_factory),
+    failed = []
+
+    def build(progress: Callable[[str], None]) -> FastAPI:
+        # In the start-up thread, while the socket already answers /health "starting".
+        from server.app import create_app
+
+        return create_app(settings, encoder_factory=rt.encoder_factory, progress=progress)
+
+    def stop() -> None:
+        failed.append(True)
+        server.should_exit = True
+
+    config = uvicorn.Config(
+        Starter(settings, build, on_failure=stop),
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
@@ -86,7 +100,9 @@ def _serve(rt: Runtime, _: argparse.Namespace) -> int:
         # One process: the SQLite writer, the encoder and the indexer live in it.
         workers=1,
     )
-    return 0
+    server = uvicorn.Server(config)
+    server.run()
+    return 1 if failed else 0
 
 
 def _raise_open_files_limit() -> None:

@@ -311,6 +311,8 @@ def test_background_indexer_catches_up(api_factory: Callable[..., Api]) -> None:
 def test_reindex_to_another_model_and_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Into another model's table the reindex runs with the server stopped (next to a running
+    one it is refused: tests/server/test_cli_live.py); the server then starts on it."""
     from server.cli import main
 
     settings = make_settings(tmp_path, embedding_model="fake-hash")
@@ -325,39 +327,33 @@ def test_reindex_to_another_model_and_back(
         services.indexer.drain()
         before = services.indexer.space.index
         assert before.dim == 64 and before.count() == 46
+        before_name = before.name
 
-        monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path))
-        monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "fake-hash")
-        assert (
-            main(["reindex", "--model", "fake-other-32d", "--quiet"], encoder_factory=fake_factory)
-            == 0
-        )
-        report = capsys.readouterr().out
-        assert "\nitems            46\n" in report  # readable; --json for scripts
+    monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "fake-hash")
+    assert (
+        main(["reindex", "--model", "fake-other-32d", "--quiet"], encoder_factory=fake_factory) == 0
+    )
+    report = capsys.readouterr().out
+    assert "\nitems            46\n" in report  # readable; --json for scripts
 
-        # The running indexer notices the switch on its own, within a second or so.
-        services.indexer.start()
-        wait_for_model(client, "fake-other-32d")
-        after = services.indexer.space.index
-        assert after.dim == 32 and after.count() == 46 and after.name != before.name
+    other = make_settings(tmp_path, embedding_model="fake-other-32d")
+    app = create_app(other, encoder_factory=fake_factory, run_workers=False)
+    with TestClient(app) as client:
+        assert client.get("/health").json()["model"] == "fake-other-32d"
+        after = app.state.services.indexer.space.index
+        assert after.dim == 32 and after.count() == 46 and after.name != before_name
         body = client.get(
             f"{P}/context", params={"query": "has a dog", "threshold": 0.9}, headers=admin()
         ).json()
         assert [f["content"] for f in body["facts"]] == ["has a dog"]
 
-        assert main(["reindex", "--quiet"], encoder_factory=fake_factory) == 0
-        wait_for_model(client, "fake-hash")
-        assert services.indexer.space.index.dim == 64
-        services.indexer.stop()
-
-
-def wait_for_model(client: TestClient, model: str, seconds: float = 20) -> None:
-    import time
-
-    deadline = time.monotonic() + seconds
-    while client.get("/health").json()["model"] != model:
-        assert time.monotonic() < deadline, f"the server did not switch to {model}"
-        time.sleep(0.05)
+    assert main(["reindex", "--quiet"], encoder_factory=fake_factory) == 0
+    app = create_app(settings, encoder_factory=fake_factory, run_workers=False)
+    with TestClient(app) as client:
+        assert client.get("/health").json()["model"] == "fake-hash"
+        assert app.state.services.indexer.space.index.dim == 64
+        assert app.state.services.upgrade is None  # the table was complete: nothing to build
 
 
 def test_memory_created_over_http_is_searchable_at_once(api: Api) -> None:
