@@ -151,10 +151,14 @@ def open_services(
     before_ack: Callable[[], None] | None = None,
     hooks: Hooks | None = None,
     progress: Callable[[str], None] | None = None,
+    follow_folder: bool = False,
 ) -> Services:
     """Open the stores, the model and the index, and build the services (also for the CLI).
     Tests pass hooks to drive races at named points (see server/hooks.py); `progress` hears
-    each step (serve logs it, and /health shows it while starting)."""
+    each step (serve logs it, and /health shows it while starting). With follow_folder (the
+    CLI's forget and compact), the model and table the folder is served with, whatever the
+    configured model: a command run with another MEMORY_EMBEDDING_MODEL must not move a
+    running server to it, nor start a model upgrade."""
     hooks = hooks or Hooks()
     step = progress or (lambda _: None)
     step(f"opening the database in {settings.data_dir}")
@@ -166,11 +170,16 @@ def open_services(
         synchronous=settings.sqlite_synchronous,
     )
     load = encoder_factory or default_encoder_factory(settings)
-    step(f"loading the model {settings.embedding_model}")
-    wanted = load(settings.embedding_model)
+    served = store.meta(ACTIVE_MODEL) if follow_folder else None
+    step(f"loading the model {served or settings.embedding_model}")
+    wanted = load(served or settings.embedding_model)
     step(f"opening the vector index in {settings.lance_path}")
-    serving = _previous_space(settings, store, load, wanted)
-    if serving is None:
+    serving = None
+    if served:  # the folder's own model and table, left recorded as they are
+        table = store.meta(ACTIVE_TABLE)
+        named = table if table in table_names(settings.lance_path) else None
+        space = open_space(settings, store, wanted, name=named)
+    elif (serving := _previous_space(settings, store, load, wanted)) is None:
         space = open_space(settings, store, wanted)
         store.set_meta(ACTIVE_MODEL, space.encoder.name)
         store.set_meta(ACTIVE_TABLE, space.index.name)

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from embeddings.index import VectorIndex
+from embeddings.index import VectorIndex, table_names
 from server.app import create_app
 from server.cli import main
 from server.hooks import Hooks
@@ -225,6 +225,48 @@ def test_compact_while_serving_archives_and_summarises_what_the_server_then_show
     facts = live.search("night shifts", kinds=["facts"], phone=phones[0], mode="keyword")
     assert GOOD_FACTS[0]["content"] in [i["text"] for i in facts]
     live.still_serves(phones[1])
+
+
+def test_compact_and_forget_with_another_model_configured_leave_the_server_on_its_own(
+    live: Live,
+) -> None:
+    """An operator's shell with another MEMORY_EMBEDDING_MODEL: the commands use the model
+    the folder is served with, so the server is not moved to another model under traffic."""
+    phone = "+15552000004"
+    said = live.converse(phone, 30, "other-model-canary")
+    live.server.wait_indexed(30)
+    done = live.cli(
+        "compact",
+        "--agent",
+        AGENT,
+        "--phone",
+        phone,
+        "--json",
+        "--quiet",
+        MEMORY_EMBEDDING_MODEL="hash:32",
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["archived"] == 10  # 30 turns, compact_keep 20
+    gone = live.cli(
+        "forget",
+        "--agent",
+        AGENT,
+        "--phone",
+        "+15552000005",
+        "--json",
+        MEMORY_EMBEDDING_MODEL="hash:32",
+    )
+    assert gone.returncode == 0, gone.stderr
+    time.sleep(1.5)  # the server's indexer checks the folder's model about every second
+    health = live.http.get("/health").json()
+    assert health["model"] == MODEL and health["upgrade"] is None, health
+    # Nor was a table made for the other model (the start of an upgrade nobody runs).
+    assert [t for t in table_names(live.server.data_dir / "lance") if t.endswith("_32")] == []
+    live.server.wait_indexed(30)
+    oldest = said[0]
+    excerpts = live.context(phone, oldest, excerpt_mode="keyword")["excerpts"]
+    assert oldest in [e["content"] for e in excerpts]  # archived by the command, found by it
+    live.still_serves(phone)
 
 
 # -- reindex -------------------------------------------------------------------------------------
