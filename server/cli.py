@@ -165,9 +165,7 @@ def _forget(rt: Runtime, args: argparse.Namespace) -> int:
 
     agent = validation.agent_name(args.agent)
     phone = validation.phone_number(args.phone)
-    services = open_services(
-        rt.settings, encoder_factory=rt.encoder_factory, follow_folder=True
-    )
+    services = open_services(rt.settings, encoder_factory=rt.encoder_factory, follow_folder=True)
     try:
         gone = services.memory.forget_person(agent, phone)
         deleted = {"deleted": dataclasses.asdict(gone)}
@@ -194,9 +192,7 @@ def _compact(rt: Runtime, args: argparse.Namespace) -> int:
 
     agent = validation.agent_name(args.agent) if args.agent else None
     phone = validation.phone_number(args.phone) if args.phone else None
-    services = open_services(
-        rt.settings, encoder_factory=rt.encoder_factory, follow_folder=True
-    )
+    services = open_services(rt.settings, encoder_factory=rt.encoder_factory, follow_folder=True)
     totals = {"people": 0, "archived": 0, "facts_added": 0, "failed": 0}
     try:
         # Everyone with turns waiting; compact() does nothing for those within compact_keep.
