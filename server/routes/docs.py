@@ -1,14 +1,17 @@
-"""/docs with no network: Swagger UI's files come from the swagger-ui-bundle package and are
-served here, not from a public CDN (FastAPI's default), so the page works on an offline
-machine and the browser asks nothing of anyone else. Only the three files the page loads are
-served (not the bundle's OAuth2 redirect page, nor its source maps)."""
+"""/docs with no network: Swagger UI 5's files come from the fastapi-offline package (its
+static folder only) and are served here, not from a public CDN (FastAPI's default), so the
+page works on an offline machine and the browser asks nothing of anyone else. Swagger UI 5,
+because FastAPI writes OpenAPI 3.1, which Swagger UI 4 refuses to render. Only the three
+files the page loads are served."""
 
 from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
 
 from fastapi import APIRouter, FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse
-from swagger_ui_bundle import swagger_ui_path
 
 from server.errors import NotFound
 
@@ -16,8 +19,9 @@ ASSETS = "/docs/assets"
 FILES = {
     "swagger-ui-bundle.js": "text/javascript",
     "swagger-ui.css": "text/css",
-    "favicon-32x32.png": "image/png",
+    "favicon.png": "image/png",
 }
+STATIC = Path(str(resources.files("fastapi_offline").joinpath("static")))
 
 
 def install(app: FastAPI) -> None:
@@ -31,7 +35,7 @@ def install(app: FastAPI) -> None:
             title=f"{app.title} - API",
             swagger_js_url=f"{ASSETS}/swagger-ui-bundle.js",
             swagger_css_url=f"{ASSETS}/swagger-ui.css",
-            swagger_favicon_url=f"{ASSETS}/favicon-32x32.png",
+            swagger_favicon_url=f"{ASSETS}/favicon.png",
             # No badge from validator.swagger.io: the page asks no other host for anything.
             swagger_ui_parameters={"validatorUrl": None},
         )
@@ -41,7 +45,7 @@ def install(app: FastAPI) -> None:
         if name not in FILES:
             raise NotFound("no such documentation file")
         return FileResponse(
-            swagger_ui_path / name,
+            STATIC / name,
             media_type=FILES[name],
             headers={"Cache-Control": "public, max-age=86400"},
         )

@@ -268,12 +268,12 @@ def test_docs_work_offline_from_files_the_server_serves(api: Api) -> None:
     for path, kind in (
         ("/docs/assets/swagger-ui-bundle.js", "javascript"),
         ("/docs/assets/swagger-ui.css", "css"),
-        ("/docs/assets/favicon-32x32.png", "image/png"),
+        ("/docs/assets/favicon.png", "image/png"),
     ):
         assert f"'{path}'" in html or f'"{path}"' in html, path
         got = api.client.get(path)
         assert got.status_code == 200 and kind in got.headers["content-type"], path
         assert len(got.content) > 500, path
     assert "SwaggerUIBundle" in api.client.get("/docs/assets/swagger-ui-bundle.js").text
-    for other in ("oauth2-redirect.html", "swagger-ui-bundle.js.map", "..%2F__init__.py"):
+    for other in ("redoc.standalone.js", "swagger-ui-bundle.js.map", "..%2F__init__.py"):
         assert_error(api.client.get(f"/docs/assets/{other}"), 404)

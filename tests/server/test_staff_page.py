@@ -277,3 +277,56 @@ def search(page: Any) -> tuple[list[str], list[str]]:
     people = [t.strip() for t in page.locator(".person h2 button").all_inner_texts()]
     kinds = [t.split("·")[0].strip().lower() for t in page.locator(".hit .kind").all_inner_texts()]
     return people, kinds
+
+
+@pytest.fixture
+def bare_server(tmp_path: Path) -> Iterator[str]:
+    """A server with nothing stored and the fake model: for pages that need no data."""
+    from tests.fakes import fake_factory
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    app = create_app(make_settings(tmp_path), encoder_factory=fake_factory, run_workers=False)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def test_docs_render_with_no_network(bare_server: str) -> None:
+    """/docs in Chromium with every request to another host refused: Swagger UI renders
+    the whole API from the server's own files."""
+    chromium = _browser_or_skip()
+    from playwright.sync_api import Route, sync_playwright
+
+    elsewhere: list[str] = []
+
+    def only_this_server(route: Route) -> None:
+        if route.request.url.startswith(bare_server + "/"):
+            route.continue_()
+        else:
+            elsewhere.append(route.request.url)
+            route.abort()
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, headless=True, args=BROWSER_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.route("**/*", only_this_server)
+        page.goto(f"{bare_server}/docs")
+        page.wait_for_selector(".swagger-ui .info .title", timeout=20_000)
+        assert "Memory server" in page.inner_text(".swagger-ui .info .title")
+        page.wait_for_selector(".opblock")
+        assert page.locator(".opblock").count() >= 25  # every operation of the API
+        assert "/v1/search" in page.inner_text(".swagger-ui")
+        page.screenshot(path=str(ARTIFACTS / "docs.png"))
+        browser.close()
+    assert elsewhere == []
