@@ -61,7 +61,10 @@ class SentenceEncoder:
         self, model: str, *, batch_size: int = 64, device: str = "cpu", copies: int = 2
     ) -> None:
         from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as transformers_logging
 
+        # No "Loading weights" bar per copy in the server's log (it printed one per copy).
+        transformers_logging.disable_progress_bar()
         self._name = model
         self._batch_size = batch_size
         path = resolve_model(model)

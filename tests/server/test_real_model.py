@@ -113,3 +113,26 @@ def test_staff_find_a_paraphrase_and_hybrid_finds_an_order_number(client: TestCl
         assert top(paraphrase, mode)[0] == target, mode
     assert top("48213", "hybrid")[0] == target
     assert top("48213", "keyword")[0] == target
+
+
+def test_loading_the_model_prints_no_progress_bars() -> None:
+    """A serve log once held a "Loading weights" bar per model copy; it holds none now."""
+    import subprocess
+    import sys
+
+    code = (
+        "from embeddings.encoder import SentenceEncoder\n"
+        "encoder = SentenceEncoder('all-MiniLM-L6-v2')\n"
+        "print(encoder.dim)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "384"
+    assert "Loading weights" not in done.stderr and "it/s" not in done.stderr, done.stderr
