@@ -64,7 +64,7 @@ class SentenceEncoder:
         from transformers.utils import logging as transformers_logging
 
         # No "Loading weights" bar per copy in the server's log (it printed one per copy).
-        transformers_logging.disable_progress_bar()
+        transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
         self._name = model
         self._batch_size = batch_size
         path = resolve_model(model)
