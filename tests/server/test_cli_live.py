@@ -232,7 +232,7 @@ def test_compact_and_forget_with_another_model_configured_leave_the_server_on_it
 ) -> None:
     """An operator's shell with another MEMORY_EMBEDDING_MODEL: the commands use the model
     the folder is served with, so the server is not moved to another model under traffic."""
-    phone = "+15552000004"
+    phone = "+15552000024"
     said = live.converse(phone, 30, "other-model-canary")
     live.server.wait_indexed(30)
     done = live.cli(
@@ -252,7 +252,7 @@ def test_compact_and_forget_with_another_model_configured_leave_the_server_on_it
         "--agent",
         AGENT,
         "--phone",
-        "+15552000005",
+        "+15552000025",
         "--json",
         MEMORY_EMBEDDING_MODEL="hash:32",
     )
