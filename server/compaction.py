@@ -69,6 +69,10 @@ class Compaction:
         self._thread: threading.Thread | None = None
         self._warned_no_model = False
         self._hooks = hooks or Hooks()
+        # Background compactions failed in a row, whoever they were for (0 after a success),
+        # and why the last one failed: /health says degraded while they keep failing.
+        self.failing = 0
+        self.last_error: str | None = None
 
     @property
     def uses_model(self) -> bool:
@@ -284,14 +288,21 @@ class Compaction:
                 count = self._failures.get(key, (0, 0.0))[0]
                 delay = self._backoff_s[min(count, len(self._backoff_s) - 1)]
                 self._failures[key] = (count + 1, time.monotonic() + delay)
+                self.failing += 1
+                self.last_error = exc.message
             log.warning(
                 "compaction failed (attempt %d), retry in %.0f s: %s", count + 1, delay, exc
             )
-        except Exception:
+        except Exception as exc:
+            with self._guard:
+                self.failing += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
             log.exception("compaction crashed; the turns stay waiting")
         else:
             with self._guard:
                 self._failures.pop(key, None)
+                self.failing = 0
+                self.last_error = None
         finally:
             with self._guard:
                 self._queued.discard(key)

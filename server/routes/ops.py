@@ -18,11 +18,23 @@ FAILING_PASSES = 3  # a pass that fails now and then is retried; three in a row 
 @router.get("/health", response_model=Health)
 def health(services: ServicesDep) -> Health:
     """Liveness, the model in use and the index lag (outbox rows not yet in the index);
-    degraded, with the problems, while the indexer keeps failing."""
+    degraded, with the problems, while a background loop keeps failing (the indexer,
+    compaction) or a model upgrade failed."""
     problems = []
     stats = services.indexer.stats
     if stats.failing >= FAILING_PASSES:
         problems.append(f"indexer: {stats.failing} passes failed in a row: {stats.last_error}")
+    compaction = services.compaction
+    if compaction.failing >= FAILING_PASSES:
+        problems.append(
+            f"compaction: {compaction.failing} attempts failed in a row: {compaction.last_error}"
+        )
+    upgrade = services.upgrade.status if services.upgrade is not None else None
+    if upgrade is not None and upgrade.state == "failed":
+        problems.append(
+            f"model upgrade to {upgrade.target_model} failed (the old table keeps serving;"
+            f" a restart tries again): {upgrade.error}"
+        )
     return Health(
         status="degraded" if problems else "ok",
         problems=problems,
@@ -30,9 +42,7 @@ def health(services: ServicesDep) -> Health:
         model=services.indexer.space.encoder.name,
         version=__version__,
         erasure_pending=services.store.checkpoint_pending,
-        upgrade=(
-            UpgradeOut(**asdict(services.upgrade.status)) if services.upgrade is not None else None
-        ),
+        upgrade=UpgradeOut(**asdict(upgrade)) if upgrade is not None else None,
     )
 
 

@@ -276,6 +276,24 @@ def test_background_compaction_retries_after_a_failure(
     assert len(rows(api, "SELECT id FROM messages WHERE archived = 1")) == 22
 
 
+def test_health_says_degraded_while_background_compaction_keeps_failing(
+    model_api: Callable[..., Api], llm: FakeLLM
+) -> None:
+    api = model_api(run_workers=True)
+    llm.mode = "500"
+    conversation(api, 42)
+    wait_for(lambda: api.services.compaction.failing >= 3, seconds=10)  # retried with backoff
+    body = api.client.get("/health").json()
+    assert body["status"] == "degraded", body
+    [problem] = body["problems"]
+    assert problem.startswith("compaction: ") and "failed in a row" in problem, problem
+    assert "500" in problem  # the model's answer, said
+    llm.mode = "good"
+    wait_for(lambda: api.client.get("/health").json()["status"] == "ok", seconds=10)
+    assert rows(api, "SELECT * FROM summaries")  # the retry that succeeded cleared it
+    assert api.client.get("/health").json()["problems"] == []
+
+
 def test_without_a_model_compaction_says_so_once_in_the_log(
     api_factory: Callable[..., Api], caplog: pytest.LogCaptureFixture
 ) -> None:

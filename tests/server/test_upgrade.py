@@ -215,6 +215,37 @@ def test_an_interrupted_upgrade_resumes_and_skips_what_is_in(tmp_path: Path) -> 
         assert set(table(data, NEW, 48).all_ids()) == sources(s)
 
 
+def test_a_failed_upgrade_makes_health_degraded_and_keeps_serving_the_old_table(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    with served(data, OLD) as client:
+        fill(client)
+        services(client).indexer.drain()
+
+    def broken() -> None:
+        raise OSError("No space left on device")
+
+    hooks = Hooks()
+    hooks.once("upgrade.chunk_written", broken)
+    with served(data, NEW, hooks=hooks) as client:
+        s = services(client)
+        assert s.upgrade is not None
+        s.upgrade._run_logged()  # as its thread runs it: the failure is kept, not raised
+        body = client.get("/health").json()
+        assert body["status"] == "degraded", body
+        [problem] = body["problems"]
+        assert problem.startswith(f"model upgrade to {NEW} failed") and "No space left" in problem
+        assert body["upgrade"]["state"] == "failed" and body["model"] == OLD
+        # The old table still answers.
+        found = client.post(
+            f"/v1/agents/{AGENT}/memories/search",
+            json={"query": "Alice keeps bees in the garden", "threshold": 0.5},
+            headers=admin(),
+        )
+        assert found.status_code == 200 and found.json()["items"], found.text
+
+
 def test_a_table_of_the_previous_version_is_rebuilt_with_own_word_vectors(
     tmp_path: Path,
 ) -> None:
