@@ -161,14 +161,10 @@ def open_services(
     running server to it, nor start a model upgrade."""
     hooks = hooks or Hooks()
     step = progress or (lambda _: None)
-    step(f"opening the database in {settings.data_dir}")
+    where = "PostgreSQL" if settings.database_url else f"the database in {settings.data_dir}"
+    step(f"opening {where}")
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    store = Store(
-        settings.sqlite_path,
-        busy_timeout_ms=settings.busy_timeout_ms,
-        clock=clock,
-        synchronous=settings.sqlite_synchronous,
-    )
+    store = Store.open(settings, clock=clock)
     load = encoder_factory or default_encoder_factory(settings)
     served = store.meta(ACTIVE_MODEL) if follow_folder else None
     step(f"loading the model {served or settings.embedding_model}")
@@ -513,6 +509,8 @@ def _walk(value: object) -> Iterator[tuple[tuple[str, ...], int, str | None]]:
 
 
 def _bad_text(text: str) -> str | None:
+    if "\x00" in text:  # (no person writes one, and PostgreSQL cannot store one)
+        return "contains a NUL character (U+0000), which is not stored"
     if text.isascii():
         return None
     try:

@@ -40,6 +40,7 @@ def backup(settings: Settings, dest: Path) -> BackupReport:
     """Copy the vector tables first, then SQLite: a vector written in between has its source
     in the SQLite copy, and restore() removes any vector whose source is missing."""
     started = time.perf_counter()
+    _sqlite_only(settings, "backup")
     if dest.exists() and any(dest.iterdir()):
         raise BackupError(f"{dest} is not empty")
     if not settings.sqlite_path.exists():
@@ -77,6 +78,7 @@ def restore(settings: Settings, src: Path) -> BackupReport:
 
 
 def _restore(settings: Settings, src: Path) -> BackupReport:
+    _sqlite_only(settings, "restore")
     started = time.perf_counter()
     data = settings.data_dir
     data.mkdir(parents=True, exist_ok=True)
@@ -135,3 +137,11 @@ def _source_ids(store: Store) -> set[str]:
         for chunk in store.iter_sources(kind):
             ids.update(f"{kind}:{ref}" for ref in chunk)
     return ids
+
+
+def _sqlite_only(settings: Settings, command: str) -> None:
+    if settings.database_url:
+        raise BackupError(
+            f"{command} copies SQLite; with MEMORY_DATABASE_URL use pg_dump / pg_restore for"
+            " the database and copy the vector store (README, Deployment)"
+        )

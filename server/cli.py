@@ -123,7 +123,7 @@ def _raise_open_files_limit() -> None:
 def _keys(rt: Runtime, args: argparse.Namespace) -> int:
     settings = rt.settings
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    store = Store(settings.sqlite_path, busy_timeout_ms=settings.busy_timeout_ms)
+    store = Store.open(settings)
     keys = KeyRing(store, settings.admin_key)
     try:
         if args.keys_command == "create":

@@ -21,6 +21,11 @@ class Settings(BaseSettings):
     data_dir: Path = Field(
         Path("./data"), description="Folder for the SQLite database and LanceDB."
     )
+    database_url: str | None = Field(
+        None,
+        description="postgresql://user:password@host:port/database puts the transactional"
+        " state in PostgreSQL (for several replicas); unset: SQLite under the data folder.",
+    )
     host: str = Field("127.0.0.1", description="Address the HTTP server binds to.")
     port: int = Field(8080, ge=1, le=65535, description="Port the HTTP server listens on.")
     admin_key: str | None = Field(
@@ -137,6 +142,15 @@ class Settings(BaseSettings):
             raise ValueError(
                 "MEMORY_ADMIN_KEY must be at least 16 characters and not a placeholder"
             )
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgresql_url(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        if not value.startswith(("postgresql://", "postgres://")):
+            raise ValueError("must start with postgresql:// (unset for SQLite)")
         return value
 
     @property

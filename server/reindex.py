@@ -13,6 +13,7 @@ from embeddings.encoder import Encoder
 from embeddings.index import FolderWriteLock, VectorIndex, table_name, vector_text
 from server.app import EncoderFactory
 from server.config import Settings
+from server.errors import Conflict
 from server.hooks import Hooks
 from server.indexer import (
     ACTIVE_MODEL,
@@ -24,6 +25,10 @@ from server.indexer import (
 )
 from server.serving import no_server
 from server.store import Store
+
+
+class NotItsDatabase(Conflict):
+    """The configured database cannot be the one the vector index was built from."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,7 @@ def rebuild_index(
     under traffic, writing both tables: restart the server with the model configured."""
     hooks = hooks or Hooks()
     started = time.perf_counter()
-    store = Store(settings.sqlite_path, busy_timeout_ms=settings.busy_timeout_ms)
+    store = Store.open(settings)
     try:
         encoder = factory(model)
         with _alone_unless_served(settings, store, encoder):
@@ -97,6 +102,14 @@ def _rebuild(
     started: float,
 ) -> ReindexReport:
     index = VectorIndex(settings.lance_path, encoder.name, encoder.dim)
+    if store.count_sources() == 0 and index.count() > 0:
+        # Every row would be an orphan and be deleted: this is not the database the index
+        # was made from (MEMORY_DATABASE_URL unset, or another one, in this shell).
+        raise NotItsDatabase(
+            f"the database ({store.engine}) holds nothing while the vector table"
+            f" {index.name} holds {index.count()} rows: is MEMORY_DATABASE_URL set as for"
+            " the server? Nothing was changed"
+        )
     written = 0
     bar = tqdm(
         total=store.count_sources(), desc=f"reindex {model}", unit="item", disable=not progress

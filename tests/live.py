@@ -14,6 +14,7 @@ from typing import BinaryIO
 
 import httpx
 
+from tests.backends import database_url_for
 from tests.conftest import ADMIN_KEY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,6 +45,7 @@ class Server:
             "MEMORY_EMBEDDING_MODEL": "hash:64",
             "MEMORY_INDEXER_INTERVAL_S": "0.05",
             "HF_HUB_OFFLINE": "1",
+            **self.database_env(),
             **self.env,
         }
         self.process = subprocess.Popen(
@@ -63,6 +65,11 @@ class Server:
             assert self.process.poll() is None, "server exited at start"
             assert time.monotonic() < deadline, "server did not start"
             time.sleep(0.1)
+
+    def database_env(self) -> dict[str, str]:
+        """MEMORY_DATABASE_URL of this data folder, when the suite runs on PostgreSQL."""
+        url = database_url_for(self.data_dir)
+        return {"MEMORY_DATABASE_URL": url} if url else {}
 
     def kill(self) -> None:
         assert self.process is not None

@@ -19,8 +19,19 @@ def _query_names(dependant: Dependant) -> set[str]:
     return names
 
 
+NUL = "\x00"
+
+
 async def refuse_unknown_query(request: Request) -> None:
-    """A dependency of every route: 422 unknown_parameter for a query name it does not take."""
+    """A dependency of every route: 422 unknown_parameter for a query name it does not take,
+    and 422 invalid_text for a NUL character in the path or a query value (no person writes
+    one, and PostgreSQL cannot store one; JSON bodies: server/app.py strict_json_problem)."""
+    if NUL in request.scope.get("path", "") or any(
+        NUL in value for _, value in request.query_params.multi_items()
+    ):
+        raise InvalidInput(
+            "the path or a query value contains a NUL character (U+0000)", code="invalid_text"
+        )
     route = request.scope.get("route")
     if not isinstance(route, APIRoute) or not request.query_params:
         return

@@ -13,8 +13,11 @@ import pytest
 from embeddings.index import VectorIndex
 from server.app import open_services
 from server.cli import main
+from tests.backends import set_data_env
 from tests.conftest import PHONE, Api, admin, make_settings
 from tests.fakes import fake_factory
+
+pytestmark = pytest.mark.sqlite  # SQLite's backup API; PostgreSQL: pg_dump
 
 
 def table(path: Path, sql: str) -> list[tuple[object, ...]]:
@@ -48,7 +51,7 @@ def test_backup_while_serving_then_restore(
     api.key("staff")
     api.index()
     settings = api.services.settings
-    monkeypatch.setenv("MEMORY_DATA_DIR", str(settings.data_dir))
+    set_data_env(monkeypatch, settings.data_dir)
     monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "fake-hash")
     index = api.services.indexer.space.index
 
@@ -95,7 +98,7 @@ def test_backup_while_serving_then_restore(
     copy.delete_ids(["turn:2"])
 
     restored = tmp_path / "restored"
-    monkeypatch.setenv("MEMORY_DATA_DIR", str(restored))
+    set_data_env(monkeypatch, restored)
     assert main(["restore", str(tmp_path / "bk"), "--json"], encoder_factory=fake_factory) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["queued"] == report["messages"] + report["memories"]
@@ -122,7 +125,7 @@ def test_restore_refuses_while_a_server_serves_the_folder(
 ) -> None:
     api.post_turn("turn before the backup")
     settings = api.services.settings
-    monkeypatch.setenv("MEMORY_DATA_DIR", str(settings.data_dir))
+    set_data_env(monkeypatch, settings.data_dir)
     monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "fake-hash")
     assert main(["backup", str(tmp_path / "bk")], encoder_factory=fake_factory) == 0
     api.post_turn("turn after the backup")

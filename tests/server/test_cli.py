@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from server.app import create_app
 from server.cli import main
+from tests.backends import data_env, set_data_env
 from tests.conftest import bearer, make_settings
 from tests.fakes import fake_factory
 
@@ -19,7 +20,7 @@ from tests.fakes import fake_factory
 def test_keys_create_list_revoke(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path))
+    set_data_env(monkeypatch, tmp_path)
     assert main(["keys", "create", "--scope", "admin", "--json"]) == 0
     made = json.loads(capsys.readouterr().out)
     assert made["scope"] == "admin" and made["key"].startswith("mk_")
@@ -62,7 +63,7 @@ def test_forget_from_the_command_line(
             json={"role": "user", "content": "hi"},
             headers=bearer(str(settings.admin_key)),
         )
-    monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path))
+    set_data_env(monkeypatch, tmp_path)
     monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "fake-hash")
     argv = ["forget", "--agent", "a", "--phone", "+15551230001"]
     assert main([*argv, "--json"], encoder_factory=fake_factory) == 0
@@ -82,7 +83,7 @@ def test_python_dash_m_server_has_the_same_commands(tmp_path: Path) -> None:
 def test_weak_admin_key_refuses_to_start_without_echoing_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path))
+    set_data_env(monkeypatch, tmp_path)
     monkeypatch.setenv("MEMORY_ADMIN_KEY", "s3cret-Sh0rt")
     assert main(["keys", "list"]) == 2
     err = capsys.readouterr().err
@@ -111,7 +112,7 @@ def test_commands_that_need_no_model_do_not_import_the_model_stack(
     )
     done = subprocess.run(
         [sys.executable, "-c", probe],
-        env={"MEMORY_DATA_DIR": str(tmp_path / "data"), "PATH": "/usr/bin:/bin"},
+        env={**data_env(tmp_path / "data"), "PATH": "/usr/bin:/bin"},
         cwd=Path(__file__).resolve().parents[2],
         capture_output=True,
         text=True,
@@ -134,7 +135,7 @@ def test_serve_on_a_busy_port_says_so_before_loading_the_model(tmp_path: Path) -
         done = subprocess.run(
             [sys.executable, "-m", "server", "serve"],
             env={
-                "MEMORY_DATA_DIR": str(tmp_path / "data"),
+                **data_env(tmp_path / "data"),
                 "MEMORY_HOST": "127.0.0.1",
                 "MEMORY_PORT": str(port),
                 "PATH": "/usr/bin:/bin",
@@ -152,3 +153,35 @@ def test_serve_on_a_busy_port_says_so_before_loading_the_model(tmp_path: Path) -
     assert "MEMORY_PORT" in done.stderr
     assert seconds < 10  # no model loaded first (the default model takes seconds more)
     assert not (tmp_path / "data" / "memory.db").exists()  # nor the data folder opened
+
+
+def test_reindex_against_an_empty_database_deletes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A shell that lacks the server's MEMORY_DATABASE_URL sees an empty database: every
+    vector would be an orphan. The reindex refuses and the index keeps its rows."""
+    import shutil
+
+    from embeddings.index import VectorIndex
+    from server.app import create_app
+    from tests.conftest import admin, make_settings
+
+    served = tmp_path / "served"
+    app = create_app(make_settings(served), encoder_factory=fake_factory, run_workers=False)
+    with TestClient(app) as client:
+        for i in range(3):
+            client.post(
+                "/v1/agents/bot/people/+15550001111/messages",
+                json={"role": "user", "content": f"turn {i}"},
+                headers=admin(),
+            )
+        app.state.services.indexer.drain()
+        name = app.state.services.indexer.space.index.name
+    elsewhere = tmp_path / "elsewhere"  # the same vectors, next to a database with nothing
+    shutil.copytree(served / "lance", elsewhere / "lance")
+    set_data_env(monkeypatch, elsewhere)
+    monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "fake-hash")
+    assert main(["reindex", "--quiet"], encoder_factory=fake_factory) == 2
+    said = capsys.readouterr().err
+    assert "holds nothing" in said and "MEMORY_DATABASE_URL" in said, said
+    assert VectorIndex(elsewhere / "lance", "fake-hash", 64, name=name).count() == 3

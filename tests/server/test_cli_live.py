@@ -25,6 +25,7 @@ from server.cli import main
 from server.hooks import Hooks
 from server.reindex import rebuild_index
 from server.serving import ServingLock
+from tests.backends import data_env, set_data_env
 from tests.conftest import ADMIN_KEY, admin, bearer, make_settings
 from tests.fake_llm import GOOD_FACTS, FakeLLM
 from tests.fakes import fake_factory
@@ -126,7 +127,7 @@ def module_live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         server.start(stderr=log)
         env = {
             **os.environ,
-            "MEMORY_DATA_DIR": str(server.data_dir),
+            **data_env(server.data_dir),
             "MEMORY_ADMIN_KEY": ADMIN_KEY,
             "MEMORY_EMBEDDING_MODEL": MODEL,
             "MEMORY_LOG_LEVEL": "warning",
@@ -302,6 +303,7 @@ def test_reindex_of_the_served_model_while_serving_loses_nothing(live: Live) -> 
 # -- backup and restore --------------------------------------------------------------------------
 
 
+@pytest.mark.sqlite
 def test_backup_while_serving_restores_what_the_server_held(
     live: Live,
     tmp_path: Path,
@@ -322,7 +324,7 @@ def test_backup_while_serving_restores_what_the_server_held(
     live.still_serves(phone)
 
     # The served folder is not restored under the server, which is left as it was.
-    monkeypatch.setenv("MEMORY_DATA_DIR", str(live.server.data_dir))
+    set_data_env(monkeypatch, live.server.data_dir)
     monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", MODEL)
     assert main(["restore", str(tmp_path / "bk")]) == 2
     assert "a server is serving" in capsys.readouterr().err
@@ -330,7 +332,7 @@ def test_backup_while_serving_restores_what_the_server_held(
 
     # Restored into another folder, the backup serves the person as the server did.
     restored = tmp_path / "restored"
-    monkeypatch.setenv("MEMORY_DATA_DIR", str(restored))
+    set_data_env(monkeypatch, restored)
     assert main(["restore", str(tmp_path / "bk")]) == 0
     settings = make_settings(restored, embedding_model=MODEL, indexer_interval_s=0.05)
     with TestClient(create_app(settings)) as copy:
@@ -408,7 +410,7 @@ def test_reindex_into_another_model_runs_once_stopped_and_holds_off_a_server_sta
         )
         assert stored.status_code == 201, stored.text
     # The server stopped: the reindex may build another model's table.
-    monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path))
+    set_data_env(monkeypatch, tmp_path)
     monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "fake-hash")
     argv = ["reindex", "--model", "fake-other-32d", "--quiet"]
     assert main(argv, encoder_factory=fake_factory) == 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +13,7 @@ import pytest
 
 from server.llm import OpenAICompatible
 from tests import fake_llm
+from tests.backends import data_env, query
 from tests.conftest import AGENT, PHONE, Api, FakeClock, admin, assert_error
 from tests.fake_llm import FakeLLM
 
@@ -55,13 +55,8 @@ def conversation(api: Api, n: int = 45, *, first: int = 0, phone: str = PHONE) -
     return slowest
 
 
-def rows(api: Api, sql: str) -> list[sqlite3.Row]:
-    conn = sqlite3.connect(api.services.settings.sqlite_path)
-    conn.row_factory = sqlite3.Row
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
+def rows(api: Api, sql: str) -> list[Any]:
+    return query(api.services.settings, sql)
 
 
 def test_45_turns_end_with_summary_typed_facts_and_25_archived(
@@ -322,7 +317,7 @@ def test_compact_command_with_a_progress_bar(
     api.post_turn("hello", phone="+15559990000")
     settings = api.services.settings
     for name, value in {
-        "MEMORY_DATA_DIR": str(settings.data_dir),
+        **data_env(settings.data_dir),
         "MEMORY_EMBEDDING_MODEL": "fake-hash",
         "MEMORY_LLM_BASE_URL": llm.base_url,
         "MEMORY_LLM_MODEL": "fake-model-1",

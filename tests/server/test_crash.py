@@ -4,7 +4,6 @@ the index catches up with SQLite with no orphan and no missing vector."""
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -14,7 +13,8 @@ import httpx
 import pytest
 
 from embeddings.index import VectorIndex
-from tests.conftest import ADMIN_KEY
+from tests.backends import query
+from tests.conftest import ADMIN_KEY, make_settings
 from tests.fake_llm import FakeLLM
 from tests.live import Server
 
@@ -40,11 +40,8 @@ def post(base: str, phone: str, event_id: str, text: str, role: str = "user") ->
 
 
 def sqlite_rows(data_dir: Path, sql: str) -> list[tuple[object, ...]]:
-    conn = sqlite3.connect(data_dir / "memory.db")
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
+    """Rows of the data folder's database (SQLite, or its PostgreSQL database)."""
+    return [tuple(r) for r in query(make_settings(data_dir), sql)]
 
 
 def assert_index_matches_sqlite(server: Server, model: str = "hash:64", dim: int = 64) -> None:

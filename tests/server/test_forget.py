@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
+from tests.backends import query
 from tests.conftest import AGENT, PHONE, Api, admin
 
 CANARY = "canary-7f3a9c-zebra-lighthouse"
@@ -46,12 +46,10 @@ def test_forget_leaves_nothing(api: Api) -> None:
     }
 
     settings = api.services.settings
-    conn = sqlite3.connect(settings.sqlite_path)
     for table in ("messages", "memories", "summaries", "memory_history", "outbox"):
-        count = conn.execute(f"SELECT COUNT(*) FROM {table} WHERE phone = ?", (PHONE,)).fetchone()
-        assert count[0] == 0, table
-    assert conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0] == 1
-    conn.close()
+        count = query(settings, f"SELECT COUNT(*) FROM {table} WHERE phone = ?", PHONE)
+        assert count[0][0] == 0, table
+    assert query(settings, "SELECT COUNT(*) FROM messages")[0][0] == 1
 
     wal = settings.sqlite_path.with_name(settings.sqlite_path.name + "-wal")
     assert not wal.exists() or wal.stat().st_size == 0

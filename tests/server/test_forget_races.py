@@ -20,6 +20,7 @@ import pytest
 from server.hooks import Hooks
 from server.reindex import rebuild_index
 from server.store import MIGRATIONS, Store
+from tests.backends import data_env
 from tests.conftest import AGENT, PHONE, Api, admin
 from tests.fake_llm import FakeLLM
 from tests.fakes import fake_factory
@@ -312,6 +313,7 @@ def test_reindex_under_traffic_and_a_forget_loses_nothing_and_keeps_nobody(
 # -- 6. a forget next to an outside reader --------------------------------------------------------
 
 
+@pytest.mark.sqlite
 def test_a_forget_never_stalls_writes_behind_an_outside_reader(api: Api) -> None:
     for i in range(5):
         api.post_turn(f"{CANARY} {i}")
@@ -400,7 +402,7 @@ def test_a_cli_forget_next_to_a_running_server_is_total_and_the_server_keeps_wor
 
             env = {
                 **os.environ,
-                "MEMORY_DATA_DIR": str(server.data_dir),
+                **data_env(server.data_dir),
                 "MEMORY_EMBEDDING_MODEL": "hash:64",
                 "MEMORY_LOG_LEVEL": "warning",
             }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from server.app import create_app
+from tests.backends import query
 from tests.conftest import AGENT, PHONE, Api, FakeClock, admin, assert_error, make_settings
 from tests.fakes import fake_factory
 
@@ -44,13 +44,8 @@ def indexed(api: Api, memory_id: str) -> dict[str, Any] | None:
     )
 
 
-def db(api: Api, sql: str, *args: object) -> list[sqlite3.Row]:
-    conn = sqlite3.connect(api.services.settings.sqlite_path)
-    conn.row_factory = sqlite3.Row
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
+def db(api: Api, sql: str, *args: object) -> list[Any]:
+    return query(api.services.settings, sql, *args)
 
 
 def test_add_then_sqlite_and_lancedb_agree(api: Api) -> None:

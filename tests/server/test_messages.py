@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 from collections import Counter
@@ -12,16 +11,12 @@ from typing import Any
 
 import pytest
 
+from tests.backends import query
 from tests.conftest import AGENT, PHONE, Api, admin, assert_error
 
 
-def rows(api: Api, sql: str, *args: object) -> list[sqlite3.Row]:
-    conn = sqlite3.connect(api.services.settings.sqlite_path)
-    conn.row_factory = sqlite3.Row
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
+def rows(api: Api, sql: str, *args: object) -> list[Any]:
+    return query(api.services.settings, sql, *args)
 
 
 def test_store_turn_then_row_holds_every_field(api: Api) -> None:
@@ -307,7 +302,7 @@ def test_concurrent_writers_never_see_database_is_locked(api: Api) -> None:
     """Many threads of this process, and a second connection as another process would hold."""
     from server.store import Store
 
-    other = Store(api.services.settings.sqlite_path, busy_timeout_ms=10_000)
+    other = Store.open(api.services.settings)
 
     def write(n: int) -> int:
         if n % 4 == 0:

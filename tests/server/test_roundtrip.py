@@ -8,7 +8,10 @@ from hypothesis import strategies as st
 from tests.conftest import AGENT, Api, admin
 
 valid_text = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=2000
+    # (no lone surrogates, no NUL: both are refused with 422, see test_hostile)
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+    min_size=1,
+    max_size=2000,
 ).filter(lambda s: s.strip() != "")
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 
+from tests.backends import data_env
 from tests.conftest import ADMIN_KEY
 from tests.live import ROOT, Server
 
@@ -111,7 +112,7 @@ def test_a_start_that_fails_stops_the_server_with_exit_1(tmp_path: Path) -> None
 
 def server_env(server: Server) -> dict[str, str]:
     return {
-        "MEMORY_DATA_DIR": str(server.data_dir),
+        **data_env(server.data_dir),
         "MEMORY_PORT": str(server.port),
         "MEMORY_ADMIN_KEY": ADMIN_KEY,
         "MEMORY_LOG_LEVEL": "warning",

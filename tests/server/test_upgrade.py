@@ -4,7 +4,6 @@ table while the new one is built, then switches, and loses nothing written meanw
 from __future__ import annotations
 
 import shutil
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from server.app import create_app
 from server.deps import Services
 from server.hooks import Hooks
 from server.indexer import ACTIVE_MODEL, ACTIVE_TABLE, KINDS
+from tests.backends import execute
 from tests.conftest import AGENT, admin, make_settings
 from tests.fakes import fake_factory
 
@@ -262,8 +262,7 @@ def test_a_table_of_the_previous_version_is_rebuilt_with_own_word_vectors(
     legacy = VectorIndex(data / "lance", OLD, 32, name=legacy_name)
     legacy.upsert(rows, fake_factory(OLD).encode([r.text for r in rows]))  # the old vectors
     shutil.rmtree(data / "lance" / f"{current.name}.lance")
-    with sqlite3.connect(data / "memory.db") as conn:
-        conn.execute("DELETE FROM meta WHERE key = ?", (ACTIVE_TABLE,))
+    execute(make_settings(data), "DELETE FROM meta WHERE key = ?", ACTIVE_TABLE)
 
     with served(data, OLD) as client:
         s = services(client)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from server.app import create_app
+from tests.backends import query, set_data_env
 from tests.conftest import AGENT, PHONE, Api, admin, make_settings
 from tests.fakes import HashEncoder, fake_factory
 
@@ -18,11 +18,7 @@ P = f"/v1/agents/{AGENT}/people/{PHONE}"
 
 
 def count(api: Api, sql: str) -> int:
-    conn = sqlite3.connect(api.services.settings.sqlite_path)
-    try:
-        return int(conn.execute(sql).fetchone()[0])
-    finally:
-        conn.close()
+    return int(query(api.services.settings, sql)[0][0])
 
 
 def chat(api: Api, n: int, text: Callable[[int], str] = lambda i: f"turn number {i}") -> None:
@@ -329,7 +325,7 @@ def test_reindex_to_another_model_and_back(
         assert before.dim == 64 and before.count() == 46
         before_name = before.name
 
-    monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path))
+    set_data_env(monkeypatch, tmp_path)
     monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "fake-hash")
     assert (
         main(["reindex", "--model", "fake-other-32d", "--quiet"], encoder_factory=fake_factory) == 0

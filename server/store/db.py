@@ -1,0 +1,291 @@
+"""The connection to the database, SQLite or PostgreSQL: everything that differs between the
+two lives here (connections, transactions, placeholders, erasure after a DELETE). Queries
+are written once, with `?` placeholders, in SQL both engines accept."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Any, Protocol
+
+from server.clock import Clock, format_time
+
+log = logging.getLogger(__name__)
+
+
+class Cursor(Protocol):
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Conn(Protocol):
+    """What queries use of a connection: rows answer r[0] and r["column"] alike."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor: ...
+
+    def executemany(self, sql: str, params: Sequence[Sequence[Any]]) -> Any: ...
+
+
+class Database(Protocol):
+    name: str  # sqlite | postgresql
+    memory_seq: str  # the column holding the memories' insertion order
+    migrations: list[str]
+
+    def transaction(self) -> Any: ...  # a context manager yielding a Conn (the writer)
+
+    def migrating(self) -> Any: ...  # a context manager held while migrations run
+
+    def after_migrations(self) -> None: ...
+
+    def reader(self) -> Conn: ...
+
+    def snapshot(self) -> Any: ...  # a context manager: one consistent view for several reads
+
+    def stream(self, sql: str, chunk: int) -> Iterator[list[Any]]: ...
+
+    def erase_deleted(self, wait_s: float) -> bool: ...
+
+    @property
+    def erasure_pending(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class Queries:
+    """What every group of queries shares: the database and the clock."""
+
+    _db: Database
+    _clock: Clock
+
+    def _transaction(self) -> Any:
+        return self._db.transaction()
+
+    def _reader(self) -> Conn:
+        return self._db.reader()
+
+    def _snapshot(self) -> Any:
+        return self._db.snapshot()
+
+    def _now(self) -> str:
+        return format_time(self._clock())
+
+    def _rows_by_ids(self, select: str, ids: Sequence[int | str]) -> Iterator[Any]:
+        for start in range(0, len(ids), 500):
+            chunk = list(ids[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            yield from self._reader().execute(f"{select} WHERE id IN ({marks})", tuple(chunk))
+
+
+def migrate(db: Database, now: str) -> None:
+    """Each migration in its own transaction, together with its record."""
+    with db.migrating():
+        _migrate(db, now)
+    db.after_migrations()
+
+
+def _migrate(db: Database, now: str) -> None:
+    with db.transaction() as conn:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations"
+            " (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
+        )
+        done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+    for version, script in enumerate(db.migrations, start=1):
+        if version in done:
+            continue
+        with db.transaction() as conn:
+            for statement in statements(script):
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
+                (version, now),
+            )
+
+
+def statements(script: str) -> list[str]:
+    """Split a migration script into statements (no semicolons inside our literals)."""
+    lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+# -- SQLite ----------------------------------------------------------------------------------
+
+
+class SqliteDatabase:
+    """SQLite in WAL mode: one writer connection behind a lock, a read connection per thread."""
+
+    name = "sqlite"
+    memory_seq = "rowid"
+
+    def __init__(self, path: Path, *, busy_timeout_ms: int, synchronous: str) -> None:
+        from server.store.schema import SQLITE_MIGRATIONS
+
+        self.migrations = SQLITE_MIGRATIONS
+        self.path = path
+        self._busy_timeout_ms = busy_timeout_ms
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ValueError("synchronous must be FULL or NORMAL")
+        self._synchronous = synchronous
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._write_lock = threading.RLock()
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._checkpointer: sqlite3.Connection | None = None
+        self._checkpoint_lock = threading.Lock()
+        self._checkpoint_owed = threading.Event()
+        self._checkpoint_thread: threading.Thread | None = None
+        self._closing = threading.Event()
+        self._writer = self._connect()
+        self._writer.execute("PRAGMA journal_mode = WAL")
+
+    def migrating(self) -> Any:
+        return nullcontext()  # each migration's BEGIN IMMEDIATE holds off other processes
+
+    def after_migrations(self) -> None:
+        wal = self.path.with_name(self.path.name + "-wal")
+        # A forget's checkpoint may have been held off when the last process stopped.
+        if wal.exists() and wal.stat().st_size and not self._try_checkpoint():
+            self._checkpoint_later(quiet=True)
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path,
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=self._busy_timeout_ms / 1000,
+        )
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+        conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        # Deleted content is overwritten with zeros, so forgotten text leaves the file.
+        conn.execute("PRAGMA secure_delete = ON")
+        return conn
+
+    def reader(self) -> Conn:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            self._local.conn = conn
+            with self._readers_lock:
+                self._readers.append(conn)
+        return conn  # type: ignore[return-value]
+
+    @contextmanager
+    def transaction(self) -> Iterator[Conn]:
+        with self._write_lock:
+            conn = self._writer
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn  # type: ignore[misc]
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Conn]:
+        conn = self.reader()
+        conn.execute("BEGIN")
+        try:
+            yield conn
+        finally:
+            conn.execute("COMMIT")
+
+    def stream(self, sql: str, chunk: int) -> Iterator[list[Any]]:
+        """Rows of a long read in batches, on a connection of its own."""
+        cursor = self._connect().execute(sql)
+        try:
+            while batch := cursor.fetchmany(chunk):
+                yield list(batch)
+        finally:
+            cursor.connection.close()
+
+    def close(self) -> None:
+        self._closing.set()
+        thread = self._checkpoint_thread
+        if thread is not None:
+            thread.join(timeout=5)
+        with self._checkpoint_lock:
+            if self._checkpointer is not None:
+                self._checkpointer.close()
+                self._checkpointer = None
+        with self._readers_lock:
+            for conn in self._readers:
+                conn.close()
+            self._readers.clear()
+        with self._write_lock:
+            self._writer.close()
+
+    # -- erasure: no old page image may keep deleted text ------------------------------------
+
+    def erase_deleted(self, wait_s: float) -> bool:
+        """Copy the WAL into the database file and truncate it, so no old page image keeps
+        deleted text. True when the WAL is empty now.
+
+        A truncating checkpoint must wait for every reader on an older snapshot (a sqlite3
+        shell, a backup, a reindex in another process), and while it waits SQLite holds off
+        every writer. So it never waits: each try runs on its own connection with no busy
+        timeout, outside the write lock, and gives up at once when blocked; tries repeat for
+        `wait_s`, then a background thread keeps trying until one succeeds."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            if self._try_checkpoint():
+                return True
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.02)
+        self._checkpoint_later()
+        return False
+
+    @property
+    def erasure_pending(self) -> bool:
+        """A truncating checkpoint is still owed (a reader has held it off)."""
+        return self._checkpoint_owed.is_set()
+
+    def _try_checkpoint(self) -> bool:
+        with self._checkpoint_lock:
+            if self._closing.is_set():
+                return False
+            if self._checkpointer is None:
+                self._checkpointer = self._connect()
+                self._checkpointer.execute("PRAGMA busy_timeout = 0")
+            try:
+                busy, _, _ = self._checkpointer.execute(
+                    "PRAGMA wal_checkpoint(TRUNCATE)"
+                ).fetchone()
+            except sqlite3.OperationalError:  # locked by a writer: try again later
+                return False
+        if not busy:
+            self._checkpoint_owed.clear()
+        return not busy
+
+    def _checkpoint_later(self, *, quiet: bool = False) -> None:
+        if not quiet:
+            log.warning("WAL checkpoint held off by a reader; retrying in the background")
+        self._checkpoint_owed.set()
+        with self._checkpoint_lock:
+            if self._checkpoint_thread is not None and self._checkpoint_thread.is_alive():
+                return
+            self._checkpoint_thread = threading.Thread(
+                target=self._checkpoint_loop, name="wal-checkpoint", daemon=True
+            )
+            self._checkpoint_thread.start()
+
+    def _checkpoint_loop(self) -> None:
+        while self._checkpoint_owed.is_set() and not self._closing.wait(0.25):
+            if self._try_checkpoint():
+                log.info("WAL checkpoint done")
+                return

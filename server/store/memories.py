@@ -1,0 +1,303 @@
+"""Summaries, memories and their history, and compaction's writes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from server.store.db import Conn, Queries
+from server.store.messages import archive, count_waiting
+from server.store.outbox import enqueue
+from server.store.records import (
+    MEMORY_COLUMNS,
+    HistoryEntry,
+    Memory,
+    MemoryFilter,
+    Summary,
+    memory_of,
+)
+
+
+class MemoryQueries(Queries):
+    def summaries_of(self, keys: Sequence[str]) -> dict[str, tuple[str, str, Summary]]:
+        """Summaries by their index key 'agent|phone'."""
+        found: dict[str, tuple[str, str, Summary]] = {}
+        for key in keys:
+            agent, _, phone = key.partition("|")
+            summary = self.summary(agent, phone)
+            if summary is not None:
+                found[key] = (agent, phone, summary)
+        return found
+
+    def summary(self, agent: str, phone: str) -> Summary | None:
+        row = (
+            self._reader()
+            .execute(
+                "SELECT text, through_id, updated_at FROM summaries WHERE agent = ? AND phone = ?",
+                (agent, phone),
+            )
+            .fetchone()
+        )
+        if row is None:
+            return None
+        return Summary(text=row["text"], through_id=row["through_id"], updated_at=row["updated_at"])
+
+    def put_summary(self, agent: str, phone: str, text: str, through_id: int | None) -> None:
+        with self._transaction() as conn:
+            _put_summary(conn, agent, phone, text, through_id, self._now())
+
+    def insert_memory(self, memory: Memory, *, actor: str) -> Memory:
+        """Store a new memory, its 'create' history entry and its outbox row, atomically."""
+        with self._transaction() as conn:
+            _insert_memory(conn, memory, actor)
+        return memory
+
+    def newest_memories(self, agent: str, phone: str, *, status: str, limit: int) -> list[Memory]:
+        rows = self._reader().execute(
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE agent = ? AND phone = ? AND status = ?"
+            " ORDER BY created_at DESC, id DESC LIMIT ?",
+            (agent, phone, status, limit),
+        )
+        return [memory_of(r) for r in rows]
+
+    def agent_memories(self, agent: str, phone: str | None) -> list[Memory]:
+        """All memories of an agent, or of one person of it."""
+        rows = self._reader().execute(
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE agent = ?"
+            " AND (CAST(? AS TEXT) IS NULL OR phone = ?)"
+            " ORDER BY created_at, id",
+            (agent, phone, phone),
+        )
+        return [memory_of(r) for r in rows]
+
+    def person_memories(self, agent: str, phone: str) -> list[Memory]:
+        rows = self._reader().execute(
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE agent = ? AND phone = ?"
+            " ORDER BY created_at, id",
+            (agent, phone),
+        )
+        return [memory_of(r) for r in rows]
+
+    def list_memories(
+        self,
+        agent: str,
+        where: MemoryFilter,
+        *,
+        order_by: str,
+        descending: bool,
+        limit: int,
+        offset: int,
+    ) -> tuple[list[Memory], int, int]:
+        """A page of the agent's memories, the total that match, and the high-water mark
+        (`as_of`): pass it back to keep later pages stable while others insert."""
+        if order_by not in ("created_at", "updated_at"):
+            raise ValueError("order_by")
+        seq = self._db.memory_seq
+        with self._snapshot() as conn:  # one snapshot for the count and the page
+            as_of = where.as_of
+            if as_of is None:
+                as_of = int(
+                    conn.execute(f"SELECT COALESCE(MAX({seq}), 0) FROM memories").fetchone()[0]
+                )
+            clause, args = where.sql(agent, as_of, seq)
+            total = int(
+                conn.execute(f"SELECT COUNT(*) FROM memories WHERE {clause}", args).fetchone()[0]
+            )
+            direction = "DESC" if descending else "ASC"
+            rows = conn.execute(
+                f"SELECT {MEMORY_COLUMNS} FROM memories WHERE {clause}"
+                f" ORDER BY {order_by} {direction}, {seq} {direction} LIMIT ? OFFSET ?",
+                (*args, limit, offset),
+            ).fetchall()
+        return [memory_of(r) for r in rows], total, as_of
+
+    def update_memory(
+        self, memory: Memory, *, changes: dict[str, Any], action: str, actor: str
+    ) -> Memory | None:
+        """Apply changes to a memory, record the history entry, queue it for the indexer.
+        None, with nothing written, when the memory is gone (deleted or its person forgotten
+        since the caller read it): no history entry may outlive it."""
+        allowed = {"content", "metadata", "type", "status", "expires_at"}
+        if not set(changes) <= allowed:
+            raise ValueError(f"cannot change {set(changes) - allowed}")
+        now = self._now()
+        values = {k: json.dumps(v) if k == "metadata" else v for k, v in changes.items()}
+        values["updated_at"] = now
+        assignments = ", ".join(f"{k} = ?" for k in values)
+        with self._transaction() as conn:
+            cur = conn.execute(
+                f"UPDATE memories SET {assignments} WHERE id = ?", (*values.values(), memory.id)
+            )
+            if cur.rowcount == 0:
+                return None
+            _history(
+                conn,
+                memory,
+                action,
+                actor,
+                memory.content,
+                changes.get("content", memory.content),
+                now,
+            )
+            enqueue(conn, "fact", memory.id, memory.agent, memory.phone, now)
+            row = conn.execute(
+                f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ?", (memory.id,)
+            ).fetchone()
+        return memory_of(row)
+
+    def delete_memories(self, memories: Sequence[Memory], *, actor: str) -> int:
+        """Delete memories, recording who did it; the indexer removes their vectors. Memories
+        already gone (deleted, or their person forgotten) are skipped and leave no history.
+        Returns how many were deleted."""
+        now = self._now()
+        deleted = 0
+        with self._transaction() as conn:
+            for memory in memories:
+                if not conn.execute("DELETE FROM memories WHERE id = ?", (memory.id,)).rowcount:
+                    continue
+                deleted += 1
+                _history(conn, memory, "delete", actor, memory.content, None, now)
+                enqueue(conn, "fact", memory.id, memory.agent, memory.phone, now)
+        return deleted
+
+    def memory_history(self, memory_ids: Sequence[str]) -> list[HistoryEntry]:
+        if not memory_ids:
+            return []
+        marks = ",".join("?" * len(memory_ids))
+        rows = self._reader().execute(
+            "SELECT memory_id, agent, action, actor, old_content, new_content, at"
+            " FROM memory_history"
+            f" WHERE memory_id IN ({marks}) ORDER BY id",
+            tuple(memory_ids),
+        )
+        return [
+            HistoryEntry(
+                memory_id=r["memory_id"],
+                agent=r["agent"],
+                action=r["action"],
+                actor=r["actor"],
+                old_content=r["old_content"],
+                new_content=r["new_content"],
+                at=r["at"],
+            )
+            for r in rows
+        ]
+
+    def apply_compaction(
+        self,
+        agent: str,
+        phone: str,
+        *,
+        summary: str,
+        through_id: int,
+        new_facts: Sequence[Memory],
+        seen_again: Sequence[str],
+        actor: str,
+        from_turns: Sequence[int],
+    ) -> list[int] | None:
+        """All effects of one compaction in one transaction: the summary, the new facts (with
+        history and outbox rows), the facts seen again, and the archived turns. The model ran
+        before, outside any lock: if the turns it read (`from_turns`) are no longer all there
+        and waiting (the person was forgotten meanwhile), nothing is written and None is
+        returned, so nothing made from deleted turns can bring the person back."""
+        now = self._now()
+        with self._transaction() as conn:
+            if count_waiting(conn, agent, phone, from_turns) != len(set(from_turns)):
+                return None
+            _put_summary(conn, agent, phone, summary, through_id, now)
+            for memory in new_facts:
+                _insert_memory(conn, memory, actor)
+            for memory_id in seen_again:
+                if not conn.execute(
+                    "UPDATE memories SET seen_count = seen_count + 1, updated_at = ?"
+                    " WHERE id = ? AND agent = ? AND phone = ?",
+                    (now, memory_id, agent, phone),
+                ).rowcount:
+                    continue  # deleted since the duplicate check: no history for it
+                conn.execute(
+                    "INSERT INTO memory_history (memory_id, agent, phone, action, actor,"
+                    " old_content, new_content, at) VALUES (?, ?, ?, 'seen_again', ?, NULL,"
+                    " NULL, ?)",
+                    (memory_id, agent, phone, actor, now),
+                )
+            return archive(conn, agent, phone, through_id, now)
+
+    def expire_pending(self, now: str) -> list[Memory]:
+        """Pending memories whose review time has passed become rejected."""
+        with self._transaction() as conn:
+            rows = conn.execute(
+                f"SELECT {MEMORY_COLUMNS} FROM memories WHERE status = 'pending'"
+                " AND expires_at IS NOT NULL AND expires_at <= ?",
+                (now,),
+            ).fetchall()
+            expired = [memory_of(r) for r in rows]
+            for memory in expired:
+                conn.execute(
+                    "UPDATE memories SET status = 'rejected', updated_at = ? WHERE id = ?",
+                    (now, memory.id),
+                )
+                _history(conn, memory, "expire", "system", memory.content, memory.content, now)
+                enqueue(conn, "fact", memory.id, memory.agent, memory.phone, now)
+        return expired
+
+    def memories_by_ids(self, ids: Sequence[str]) -> dict[str, Memory]:
+        rows = self._rows_by_ids(f"SELECT {MEMORY_COLUMNS} FROM memories", ids)
+        return {row["id"]: memory_of(row) for row in rows}
+
+
+def _put_summary(
+    conn: Conn, agent: str, phone: str, text: str, through_id: int | None, now: str
+) -> None:
+    conn.execute(
+        "INSERT INTO summaries (agent, phone, text, through_id, updated_at)"
+        " VALUES (?, ?, ?, ?, ?) ON CONFLICT (agent, phone) DO UPDATE SET"
+        " text = excluded.text, through_id = excluded.through_id,"
+        " updated_at = excluded.updated_at",
+        (agent, phone, text, through_id, now),
+    )
+    enqueue(conn, "summary", f"{agent}|{phone}", agent, phone, now)
+
+
+def _insert_memory(conn: Conn, memory: Memory, actor: str) -> None:
+    conn.execute(
+        f"INSERT INTO memories ({MEMORY_COLUMNS}) VALUES"
+        " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            memory.id,
+            memory.agent,
+            memory.phone,
+            memory.content,
+            memory.type,
+            memory.status,
+            memory.confidence,
+            memory.source,
+            json.dumps(memory.metadata),
+            memory.session_id,
+            memory.task_id,
+            memory.graph_id,
+            json.dumps(memory.source_turns),
+            memory.seen_count,
+            memory.created_at,
+            memory.updated_at,
+            memory.expires_at,
+        ),
+    )
+    _history(conn, memory, "create", actor, None, memory.content, memory.created_at)
+    enqueue(conn, "fact", memory.id, memory.agent, memory.phone, memory.created_at)
+
+
+def _history(
+    conn: Conn,
+    memory: Memory,
+    action: str,
+    actor: str,
+    old: str | None,
+    new: str | None,
+    at: str,
+) -> None:
+    conn.execute(
+        "INSERT INTO memory_history (memory_id, agent, phone, action, actor, old_content,"
+        " new_content, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (memory.id, memory.agent, memory.phone, action, actor, old, new, at),
+    )

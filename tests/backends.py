@@ -1,0 +1,105 @@
+"""Which database the suite runs on: SQLite (the default), or PostgreSQL with
+MEMORY_TEST_BACKEND=postgresql, where every data folder gets a database of its own on the
+local server (127.0.0.1:5432, trust auth), made on first use and dropped at the end."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+BACKEND = os.environ.get("MEMORY_TEST_BACKEND", "sqlite")
+ADMIN_URL = os.environ.get(
+    "MEMORY_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+_made: dict[Path, str] = {}
+
+
+def on_postgres() -> bool:
+    return BACKEND == "postgresql"
+
+
+def database_url_for(data_dir: Path) -> str | None:
+    """The database of a data folder (the same one each time: a restart finds its data)."""
+    if not on_postgres():
+        return None
+    key = data_dir.resolve()
+    if key not in _made:
+        name = f"memtest_{uuid.uuid4().hex[:16]}"
+        _admin(f"CREATE DATABASE {name}")
+        _made[key] = ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    return _made[key]
+
+
+def _admin(sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(sql)
+
+
+@atexit.register
+def _drop_all() -> None:
+    for url in _made.values():
+        name = url.rsplit("/", 1)[1]
+        with contextlib.suppress(Exception):  # (the server may be gone at exit)
+            _admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    _made.clear()
+
+
+def query(settings: Any, sql: str, *args: object) -> list[Any]:
+    """Rows of a read on the settings' database, on a connection of its own (`?` marks the
+    arguments on both engines); rows answer r[0] and r["column"]."""
+    if settings.database_url:
+        import psycopg
+
+        from server.store.postgres import _row_factory, _sql
+
+        with psycopg.connect(settings.database_url, row_factory=_row_factory) as conn:
+            return list(conn.execute(_sql(sql), args).fetchall())
+    import sqlite3
+
+    conn = sqlite3.connect(settings.sqlite_path)
+    conn.row_factory = sqlite3.Row
+    try:
+        return conn.execute(sql, args).fetchall()
+    finally:
+        conn.close()
+
+
+def execute(settings: Any, sql: str, *args: object) -> None:
+    """A write on the settings' database, as another process would make it."""
+    if settings.database_url:
+        import psycopg
+
+        from server.store.postgres import _sql
+
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            conn.execute(_sql(sql), args)
+        return
+    import sqlite3
+
+    conn = sqlite3.connect(settings.sqlite_path)
+    try:
+        with conn:
+            conn.execute(sql, args)
+    finally:
+        conn.close()
+
+
+def data_env(data_dir: Path) -> dict[str, str]:
+    """The environment naming a data folder and, on PostgreSQL, its database: what a command
+    or a server run for that folder needs."""
+    env = {"MEMORY_DATA_DIR": str(data_dir)}
+    url = database_url_for(Path(data_dir))
+    if url:
+        env["MEMORY_DATABASE_URL"] = url
+    return env
+
+
+def set_data_env(monkeypatch: Any, data_dir: Path) -> None:
+    for name, value in data_env(data_dir).items():
+        monkeypatch.setenv(name, value)
