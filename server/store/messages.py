@@ -32,11 +32,20 @@ class MessageQueries(Queries):
                 ).fetchone()
                 if row is not None:
                     return int(row[0]), False
+            # Another process (a replica) may store the same event between the check above
+            # and this insert: the unique index decides, and the loser reads the winner's id.
             row = conn.execute(
                 "INSERT INTO messages (agent, phone, event_id, number, role, content, created_at,"
-                " stored_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                " stored_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (agent, event_id) WHERE event_id IS NOT NULL DO NOTHING"
+                " RETURNING id",
                 (agent, phone, event_id, number, role, content, created_at or now, now),
             ).fetchone()
+            if row is None:
+                row = conn.execute(
+                    "SELECT id FROM messages WHERE agent = ? AND event_id = ?", (agent, event_id)
+                ).fetchone()
+                return int(row[0]), False
             message_id = int(row[0])
             enqueue(conn, "turn", str(message_id), agent, phone, now)
             return message_id, True
