@@ -191,6 +191,8 @@ def open_services(
         before_ack=before_ack,
         turn_window=settings.turn_window,
         hooks=hooks,
+        # The server's indexer loop runs in one replica at a time; a command's runs alone.
+        lease=None if follow_folder else store.lease("indexer", settings.data_dir),
     )
     calibration = lambda: calibration_for(indexer.space.encoder.name)  # noqa: E731
     compaction = Compaction(

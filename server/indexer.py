@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -26,10 +27,14 @@ from embeddings.index import (
 from server import native
 from server.hooks import Hooks
 from server.store import Memory, Message, OutboxItem, Store, Summary
+from server.store.leases import Lease
 
 log = logging.getLogger(__name__)
 
 KINDS = ("turn", "fact", "summary")
+# A standby replica tries the lease this often: it takes over within about a second of
+# the holder's death (PostgreSQL: of its session's end).
+LEASE_POLL_S = 1.0
 ACTIVE_MODEL = "active_model"  # meta key: the model the server should use (set by reindex)
 ACTIVE_TABLE = "active_table"  # meta key: the table it answers from (its version included)
 
@@ -272,8 +277,12 @@ class Indexer:
         switch_to: Callable[[str], VectorSpace] | None = None,
         turn_window: int = 1,
         hooks: Hooks | None = None,
+        lease: Lease | None = None,
     ) -> None:
         self._store = store
+        # Among replicas, the one holding the lease runs the loop; the others stand by and
+        # take it over when its holder dies (None: the only indexer, as in the CLI).
+        self._lease = lease
         self._hooks = hooks or Hooks()
         self.space = space
         self._batch_size = batch_size
@@ -297,6 +306,7 @@ class Indexer:
         self._waiting: list[_Waiting] = []
         self._waiting_guard = threading.Lock()
         self._leader = threading.Lock()
+        self._active = False  # holds the lease (see role)
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -309,6 +319,14 @@ class Indexer:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=60)
+        if self._lease is not None:
+            self._lease.release()
+            self._active = False
+
+    @property
+    def role(self) -> Literal["active", "standby"]:
+        """active: this process runs the indexer; standby: another replica does."""
+        return "active" if self._lease is None or self._active else "standby"
 
     def wake(self) -> None:
         self._wake.set()
@@ -316,6 +334,9 @@ class Indexer:
     def _loop(self) -> None:
         _lower_priority()
         while not self._stop.is_set():
+            if self._lease is not None and not self._hold_lease():
+                self._stop.wait(LEASE_POLL_S)
+                continue
             try:
                 # Every pass, not only when idle: a steady stream of turns never empties the
                 # outbox, and a finished reindex must still be picked up (one meta read).
@@ -342,6 +363,14 @@ class Indexer:
                 # A part batch: let more arrive before the next LanceDB write, so a steady stream
                 # of turns makes a few larger versions rather than one per turn.
                 self._stop.wait(self._interval_s)
+
+    def _hold_lease(self) -> bool:
+        assert self._lease is not None
+        held = self._lease.try_hold()
+        if held != self._active:
+            log.info("indexer: %s", "active" if held else "standby (another replica runs it)")
+            self._active = held
+        return held
 
     def _recover(self) -> None:
         """After a failed pass, open the table afresh: a file the old handle had open may be

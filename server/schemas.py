@@ -300,6 +300,11 @@ class Health(BaseModel):
     index_lag: int
     model: str
     version: str
+    indexer: Literal["active", "standby"] = Field(
+        "active",
+        description="active: this replica runs the indexer; standby: another replica does"
+        " (one at a time holds the lease; a standby takes over when the holder dies).",
+    )
     erasure_pending: bool = Field(
         False,
         description="A forget's WAL checkpoint is held off by a reader (a backup, a sqlite3"

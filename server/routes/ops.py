@@ -41,6 +41,7 @@ def health(services: ServicesDep) -> Health:
         index_lag=services.store.outbox_size(),
         model=services.indexer.space.encoder.name,
         version=__version__,
+        indexer=services.indexer.role,
         erasure_pending=services.store.checkpoint_pending,
         upgrade=UpgradeOut(**asdict(upgrade)) if upgrade is not None else None,
     )

@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
+from server.app import open_services
 from server.store import Store
 from tests.backends import query
-from tests.conftest import make_settings
+from tests.conftest import AGENT, PHONE, make_settings
+from tests.fakes import fake_factory
 
 
 def test_the_same_event_sent_to_two_replicas_at_once_is_stored_once(tmp_path: Path) -> None:
@@ -51,3 +55,42 @@ def test_the_same_event_sent_to_two_replicas_at_once_is_stored_once(tmp_path: Pa
     finally:
         for store in replicas:
             store.close()
+
+
+def wait_until(check: Callable[[], bool], seconds: float, what: str) -> float:
+    started = time.monotonic()
+    while not check():
+        assert time.monotonic() - started < seconds, what
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+def test_one_replica_runs_the_indexer_and_a_standby_takes_over(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, indexer_interval_s=0.05)
+    a = open_services(settings, encoder_factory=fake_factory)
+    b = open_services(settings, encoder_factory=fake_factory)
+    try:
+        a.indexer.start()
+        b.indexer.start()
+        wait_until(
+            lambda: {a.indexer.role, b.indexer.role} == {"active", "standby"},
+            15,
+            "one active indexer",
+        )
+        active, standby = (a, b) if a.indexer.role == "active" else (b, a)
+        time.sleep(1.5)  # the standby keeps trying, and keeps standing by
+        assert standby.indexer.role == "standby"
+        for i in range(20):  # stored through the standby: indexed by the active one
+            standby.memory.remember(AGENT, PHONE, role="user", content=f"through the standby {i}")
+        wait_until(lambda: standby.store.outbox_size() == 0, 15, "indexed by the active one")
+        assert standby.indexer.stats.items_indexed == 0 < active.indexer.stats.items_indexed
+        active.indexer.stop()  # (a crash does the same: the lease goes with the process)
+        took = wait_until(lambda: standby.indexer.role == "active", 15, "the standby took over")
+        assert took < 3
+        standby.memory.remember(AGENT, PHONE, role="user", content="after the take-over")
+        wait_until(lambda: standby.store.outbox_size() == 0, 15, "indexed after the take-over")
+        assert standby.indexer.stats.items_indexed == 1
+    finally:
+        for services in (a, b):
+            services.indexer.stop()
+            services.store.close()

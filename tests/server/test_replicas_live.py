@@ -1,0 +1,86 @@
+"""Two `memory-server serve` processes on one database and one vector folder: writes through
+one, the active indexer's process killed mid-stream, the other takes over."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+
+from embeddings.index import VectorIndex
+from tests.backends import query
+from tests.conftest import ADMIN_KEY, make_settings
+from tests.live import Server
+
+pytestmark = pytest.mark.slow
+
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+PERSON = "/v1/agents/bot/people/+15550003333/messages"
+
+
+def health(server: Server) -> dict[str, object]:
+    body: dict[str, object] = httpx.get(f"{server.base}/health", timeout=5).json()
+    return body
+
+
+def test_sigkill_of_the_active_indexer_the_other_takes_over_indexing_each_turn_once(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    first, second = Server(data), Server(data)
+    first.start()
+    second.start()
+    try:
+        deadline = time.monotonic() + 15
+        while {health(first)["indexer"], health(second)["indexer"]} != {"active", "standby"}:
+            assert time.monotonic() < deadline, "no single active indexer"
+            time.sleep(0.1)
+        active, standby = (
+            (first, second) if health(first)["indexer"] == "active" else (second, first)
+        )
+
+        acknowledged: list[int] = []
+        stop = threading.Event()
+
+        def write() -> None:  # through the standby, all along
+            n = 0
+            with httpx.Client(base_url=standby.base, headers=ADMIN, timeout=10) as http:
+                while not stop.is_set():
+                    body = {"role": "user", "content": f"turn {n}", "event_id": f"e{n}"}
+                    answer = http.post(PERSON, json=body)
+                    if answer.status_code in (200, 201):
+                        acknowledged.append(int(answer.json()["id"]))
+                    n += 1
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        time.sleep(1.5)  # the active one is indexing what arrives
+        active.kill()  # SIGKILL, mid-batch or between batches
+        killed_at = time.monotonic()
+        while health(standby)["indexer"] != "active":
+            assert time.monotonic() - killed_at < 15, "the standby did not take over in 15 s"
+            time.sleep(0.1)
+        took_over = time.monotonic() - killed_at
+        time.sleep(1.0)
+        stop.set()
+        writer.join(timeout=30)
+        deadline = time.monotonic() + 60
+        while health(standby)["index_lag"]:
+            assert time.monotonic() < deadline, "the index did not catch up"
+            time.sleep(0.1)
+    finally:
+        second.stop()
+        first.stop()
+    assert took_over < 15
+    assert len(acknowledged) > 20
+    settings = make_settings(data)
+    stored = [int(r[0]) for r in query(settings, "SELECT id FROM messages")]
+    assert sorted(stored) == sorted(acknowledged)  # nothing acknowledged lost, nothing more
+    index = VectorIndex(data / "lance", "hash:64", 64)
+    rows = Counter(i for i in index.all_ids() if i.startswith("turn:"))
+    assert set(rows) == {f"turn:{i}" for i in acknowledged}  # every turn indexed
+    assert set(rows.values()) == {1}  # once
