@@ -84,3 +84,45 @@ def test_sigkill_of_the_active_indexer_the_other_takes_over_indexing_each_turn_o
     rows = Counter(i for i in index.all_ids() if i.startswith("turn:"))
     assert set(rows) == {f"turn:{i}" for i in acknowledged}  # every turn indexed
     assert set(rows.values()) == {1}  # once
+
+
+def test_what_one_replica_changes_holds_on_the_other_at_once(tmp_path: Path) -> None:
+    """Keys, settings, memories and people live in the database: no replica answers from a
+    copy of its own after another replica changed them."""
+    data = tmp_path / "data"
+    a, b = Server(data), Server(data)
+    a.start()
+    b.start()
+    try:
+        with (
+            httpx.Client(base_url=a.base, headers=ADMIN, timeout=10) as on_a,
+            httpx.Client(base_url=b.base, headers=ADMIN, timeout=10) as on_b,
+        ):
+            made = on_a.post("/v1/keys", json={"scope": "agent:bot"}).json()
+            agent_key = {"Authorization": f"Bearer {made['key']}"}
+            turn = {"role": "user", "content": "hello from a new key"}
+            assert httpx.post(f"{b.base}{PERSON}", json=turn, headers=agent_key).status_code == 201
+            assert on_a.delete(f"/v1/keys/{made['id']}").status_code == 200
+            refused = httpx.post(f"{b.base}{PERSON}", json=turn, headers=agent_key)
+            assert refused.status_code == 401  # revoked on A: refused on B at once
+
+            settings = on_a.put("/v1/agents/bot/settings", json={"review": True})
+            assert settings.status_code == 200, settings.text
+            assert on_b.get("/v1/agents/bot/settings").json()["review"] is True  # A's, on B
+
+            memory = on_b.post(
+                "/v1/agents/bot/memories",
+                json={"content": "Has a dog called Biscuit", "phone": "+15550003333"},
+            ).json()
+            assert on_a.delete(f"/v1/agents/bot/memories/{memory['id']}").status_code == 200
+            found = on_b.post(
+                "/v1/agents/bot/memories/search", json={"query": "dog Biscuit", "mode": "keyword"}
+            ).json()["items"]
+            assert memory["id"] not in [m["id"] for m in found]  # deleted on A: gone on B
+
+            assert on_b.delete("/v1/agents/bot/people/+15550003333").status_code == 200
+            export = on_a.get("/v1/agents/bot/people/+15550003333/export").json()
+            assert export["messages"] == [] and export["memories"] == []  # forgotten on B
+    finally:
+        b.stop()
+        a.stop()
