@@ -96,19 +96,19 @@ def test_questions_find_facts_across_languages(client: TestClient) -> None:
     )
 
 
-def test_the_granny_paraphrase_finds_rosas_turn_with_default_settings(
-    client: TestClient,
-) -> None:
-    rosa = "My grandmother Rosa turns ninety on the fourteenth of May"
-    filler = [
-        "Can you check the delivery of my order?",
-        "Sure, it ships on Monday from the warehouse.",
-        "I need a new charger for my phone",
-        "We have USB-C chargers in black and white.",
-        "The weather in Lisbon was lovely this week",
-        "Glad to hear it! Anything else I can help with?",
-    ]
-    turns = [rosa] + [filler[i % len(filler)] + f" ({i})" for i in range(44)]
+ROSA = "My grandmother Rosa turns ninety on the fourteenth of May"
+FILLER = [
+    "Can you check the delivery of my order?",
+    "Sure, it ships on Monday from the warehouse.",
+    "I need a new charger for my phone",
+    "We have USB-C chargers in black and white.",
+    "The weather in Lisbon was lovely this week",
+    "Glad to hear it! Anything else I can help with?",
+]
+
+
+def converse(client: TestClient, turns: list[str]) -> None:
+    """The turns, user and assistant in turn, stored and indexed."""
     for i, text in enumerate(turns):
         role = "user" if i % 2 == 0 else "assistant"
         response = client.post(
@@ -116,6 +116,13 @@ def test_the_granny_paraphrase_finds_rosas_turn_with_default_settings(
         )
         assert response.status_code == 201
     client.app.state.services.indexer.drain()  # type: ignore[attr-defined]
+
+
+def test_the_granny_paraphrase_finds_rosas_turn_with_default_settings(
+    client: TestClient,
+) -> None:
+    rosa = ROSA
+    converse(client, [rosa] + [FILLER[i % len(FILLER)] + f" ({i})" for i in range(44)])
     body = client.get(
         f"{P}/context", params={"query": "When is my granny having her birthday?"}, headers=admin()
     ).json()
@@ -149,22 +156,9 @@ def test_the_duplicate_threshold_merges_rewrites_and_keeps_changed_values(
 def test_staff_search_hides_filler_below_the_floor_and_keeps_the_paraphrase(
     client: TestClient,
 ) -> None:
-    rosa = "My grandmother Rosa turns ninety on the fourteenth of May"
-    filler = [
-        "Can you check the delivery of my order?",
-        "Sure, it ships on Monday from the warehouse.",
-        "I need a new charger for my phone",
-        "We have USB-C chargers in black and white.",
-    ]
+    rosa = ROSA
     turns = [rosa, "I want a refund for the blue jacket, order 48213"]
-    turns += [filler[i % len(filler)] + f" ({i})" for i in range(40)]
-    for i, text in enumerate(turns):
-        role = "user" if i % 2 == 0 else "assistant"
-        response = client.post(
-            f"{P}/messages", json={"role": role, "content": text}, headers=admin()
-        )
-        assert response.status_code == 201
-    client.app.state.services.indexer.drain()  # type: ignore[attr-defined]
+    converse(client, turns + [FILLER[i % 4] + f" ({i})" for i in range(40)])
 
     def staff(**body: object) -> dict[str, object]:
         response = client.post("/v1/search", json={"kinds": ["turns"], **body}, headers=admin())
