@@ -160,11 +160,11 @@ def api(api_factory: Callable[..., Api]) -> Api:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On PostgreSQL, tests of SQLite's own machinery (its WAL, its backup API) skip, saying
-    so; their PostgreSQL counterparts (pg_dump, VACUUM) are not built yet."""
-    if not on_postgres():
-        return
-    skip = pytest.mark.skip(reason="SQLite-only behaviour (WAL, backup API)")
+    """Tests of one engine's own machinery skip on the other, saying so: SQLite's WAL and
+    backup API (their PostgreSQL counterparts, pg_dump and erasure, are not built yet), and
+    PostgreSQL's sessions (terminated backends)."""
+    other = "sqlite" if on_postgres() else "postgresql"
+    skip = pytest.mark.skip(reason=f"a {other}-only behaviour, run by the {other} pass")
     for item in items:
-        if item.get_closest_marker("sqlite"):
+        if item.get_closest_marker(other):
             item.add_marker(skip)

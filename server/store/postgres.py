@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 
+from server.errors import Unavailable
 from server.store.db import Conn, Cursor
 
 log = logging.getLogger(__name__)
@@ -20,6 +21,21 @@ log = logging.getLogger(__name__)
 ERASED_TABLES = ("messages", "memories", "summaries", "memory_history", "outbox", "audit")
 # Held while migrating, so that two replicas starting at once do not both apply a version.
 MIGRATION_LOCK = 0x6D656D6F7279  # "memory"
+
+
+class DatabaseUnavailable(Unavailable):
+    """The connection to PostgreSQL broke (a restart, a terminated session): the request
+    fails with 503 and the next one reconnects. Nothing was committed by it."""
+
+    code = "database_unavailable"
+
+
+@contextmanager
+def _reachable() -> Iterator[None]:
+    try:
+        yield
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(f"the database is unreachable, retry shortly ({exc})") from exc
 
 
 class Row(tuple[Any, ...]):
@@ -58,10 +74,11 @@ class PgConn:
         self.raw = conn
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
-        return self.raw.execute(_sql(sql), tuple(params))  # type: ignore[return-value]
+        with _reachable():
+            return self.raw.execute(_sql(sql), tuple(params))  # type: ignore[return-value]
 
     def executemany(self, sql: str, params: Sequence[Sequence[Any]]) -> Any:
-        with self.raw.cursor() as cursor:
+        with _reachable(), self.raw.cursor() as cursor:
             cursor.executemany(_sql(sql), [tuple(p) for p in params])
 
 
@@ -81,7 +98,10 @@ class PostgresDatabase:
         self._writer = self._connect()
 
     def _connect(self, *, autocommit: bool = True) -> psycopg.Connection[Any]:
-        return psycopg.connect(self.url, autocommit=autocommit, row_factory=_row_factory)
+        with _reachable():
+            return psycopg.connect(
+                self.url, autocommit=autocommit, row_factory=_row_factory, connect_timeout=5
+            )
 
     @contextmanager
     def migrating(self) -> Iterator[None]:
@@ -98,7 +118,7 @@ class PostgresDatabase:
 
     def reader(self) -> Conn:
         conn: PgConn | None = getattr(self._local, "conn", None)
-        if conn is None or conn.raw.closed:
+        if conn is None or conn.raw.closed or conn.raw.broken:
             raw = self._connect()
             conn = PgConn(raw)
             self._local.conn = conn
@@ -108,8 +128,11 @@ class PostgresDatabase:
 
     @contextmanager
     def transaction(self) -> Iterator[Conn]:
-        with self._write_lock, self._writer.transaction():
-            yield PgConn(self._writer)
+        with self._write_lock:
+            if self._writer.closed or self._writer.broken:  # a restart, a terminated session
+                self._writer = self._connect()
+            with _reachable(), self._writer.transaction():
+                yield PgConn(self._writer)
 
     @contextmanager
     def snapshot(self) -> Iterator[Conn]:

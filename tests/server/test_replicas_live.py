@@ -126,3 +126,57 @@ def test_what_one_replica_changes_holds_on_the_other_at_once(tmp_path: Path) -> 
     finally:
         b.stop()
         a.stop()
+
+
+@pytest.mark.postgresql
+def test_terminated_database_sessions_are_503_for_a_moment_and_nothing_is_lost(
+    tmp_path: Path,
+) -> None:
+    """pg_terminate_backend on every session of the server (as a PostgreSQL restart does):
+    requests meanwhile get 503 in the error shape, never a 500, then work again."""
+    import psycopg
+
+    data = tmp_path / "data"
+    server = Server(data)
+    server.start()
+    url = make_settings(data).database_url
+    assert url is not None
+    acknowledged: list[int] = []
+    answers: list[tuple[float, int, str]] = []
+    try:
+        with httpx.Client(base_url=server.base, headers=ADMIN, timeout=10) as http:
+            for n in range(10):
+                body = {"role": "user", "content": f"before {n}", "event_id": f"b{n}"}
+                acknowledged.append(int(http.post(PERSON, json=body).json()["id"]))
+            with psycopg.connect(url, autocommit=True) as admin:
+                killed = admin.execute(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                ).fetchone()
+            assert killed is not None and killed[0] >= 1
+            started = time.monotonic()
+            n = 0
+            while time.monotonic() - started < 6:
+                body = {"role": "user", "content": f"after {n}", "event_id": f"a{n}"}
+                answer = http.post(PERSON, json=body)
+                code = answer.json().get("error", {}).get("code", "") if answer.is_error else ""
+                answers.append((time.monotonic() - started, answer.status_code, code))
+                if answer.status_code in (200, 201):
+                    acknowledged.append(int(answer.json()["id"]))
+                context = http.get(PERSON.replace("/messages", "/context"))
+                assert context.status_code in (200, 503), context.text
+                n += 1
+                time.sleep(0.05)
+            deadline = time.monotonic() + 60
+            while server.lag():
+                assert time.monotonic() < deadline, "the index did not catch up"
+                time.sleep(0.1)
+    finally:
+        server.stop()
+    assert {status for _, status, _ in answers} <= {201, 503}, answers
+    failed = [(at, code) for at, status, code in answers if status == 503]
+    assert all(code == "database_unavailable" for _, code in failed), failed
+    assert all(at < 3 for at, _ in failed), failed  # for a moment only
+    assert answers[-1][1] == 201
+    stored = sorted(int(r[0]) for r in query(make_settings(data), "SELECT id FROM messages"))
+    assert stored == sorted(acknowledged)
