@@ -161,8 +161,8 @@ def open_services(
     running server to it, nor start a model upgrade."""
     hooks = hooks or Hooks()
     step = progress or (lambda _: None)
-    where = "PostgreSQL" if settings.database_url else f"the database in {settings.data_dir}"
-    step(f"opening {where}")
+    where = "(PostgreSQL)" if settings.database_url else f"in {settings.data_dir}"
+    step(f"opening the database {where}")
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     store = Store.open(settings, clock=clock)
     load = encoder_factory or default_encoder_factory(settings)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.backends import data_env
+from tests.backends import data_env, on_postgres
 from tests.conftest import ADMIN_KEY
 from tests.live import ROOT, Server
 
@@ -96,7 +96,10 @@ def test_a_start_that_fails_stops_the_server_with_exit_1(tmp_path: Path) -> None
     data = tmp_path / "data"
     data.mkdir()
     (data / "memory.db").write_text("this is not a SQLite database")
-    server = Server(data, MEMORY_LOG_LEVEL="info")
+    broken = {"MEMORY_LOG_LEVEL": "info"}
+    if on_postgres():  # a database that does not exist, where SQLite has a broken file
+        broken["MEMORY_DATABASE_URL"] = "postgresql://postgres@127.0.0.1:5432/memtest_none"
+    server = Server(data, **broken)
     done = subprocess.run(
         [sys.executable, "-m", "server", "serve"],
         env={**os.environ, **server_env(server)},
@@ -107,7 +110,8 @@ def test_a_start_that_fails_stops_the_server_with_exit_1(tmp_path: Path) -> None
     )
     assert done.returncode == 1, done.stderr
     assert "start-up failed" in done.stderr
-    assert "DatabaseError" in done.stderr  # the reason, in the log
+    reason = "does not exist" if on_postgres() else "DatabaseError"
+    assert reason in done.stderr  # the reason, in the log
 
 
 def server_env(server: Server) -> dict[str, str]:
