@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import queue
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -15,7 +17,7 @@ from datetime import timedelta
 
 from embeddings.calibration import calibration_for
 from embeddings.index import quote
-from server.agent_settings import AgentSettings
+from server.agent_settings import AgentConfig, AgentSettings
 from server.clock import Clock, format_time, utc_now
 from server.hooks import Hooks
 from server.indexer import Indexer
@@ -28,6 +30,10 @@ log = logging.getLogger(__name__)
 REVIEW_DAYS = 7
 DUPLICATE_CANDIDATES = 3  # stored facts compared again, in the symmetric form, with a new one
 BACKOFF_S = (30.0, 60.0, 120.0, 300.0, 900.0)
+
+
+# A claim outlives any model call with its retries; a crashed replica's runs out after it.
+CLAIM_S = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +79,8 @@ class Compaction:
         # and why the last one failed: /health says degraded while they keep failing.
         self.failing = 0
         self.last_error: str | None = None
+        # This process's name on the compaction claims it takes (server/store/memories.py).
+        self._holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
     @property
     def uses_model(self) -> bool:
@@ -108,16 +116,29 @@ class Compaction:
         changed nothing, when the model fails."""
         config = self._agents.resolve(agent)
         with self._running.hold((agent, phone)):
-            waiting = self._store.recent_turns(agent, phone, 1_000_000)  # newest first
-            summary = self._store.summary(agent, phone)
-            through = summary.through_id if summary else None
-            enough = len(waiting) > (config.compact_keep if force else config.compact_trigger)
-            if not enough or len(waiting) <= config.compact_keep:
-                return Compacted(0, 0, through)
-            old = list(reversed(waiting[config.compact_keep :]))  # oldest first
-            if self._model is None:
-                return self._archive_only(agent, phone, old, through)
-            return self._fold(agent, phone, old, summary.text if summary else None, config.review)
+            # Across replicas too: the one holding the claim compacts, the others skip.
+            if not self._store.claim_compaction(agent, phone, self._holder, seconds=CLAIM_S):
+                log.debug("compaction of a person is claimed by another replica; skipped")
+                summary = self._store.summary(agent, phone)
+                return Compacted(0, 0, summary.through_id if summary else None)
+            try:
+                return self._run_claimed(agent, phone, config, force=force)
+            finally:
+                self._store.release_compaction(agent, phone, self._holder)
+
+    def _run_claimed(
+        self, agent: str, phone: str, config: AgentConfig, *, force: bool
+    ) -> Compacted:
+        waiting = self._store.recent_turns(agent, phone, 1_000_000)  # newest first
+        summary = self._store.summary(agent, phone)
+        through = summary.through_id if summary else None
+        enough = len(waiting) > (config.compact_keep if force else config.compact_trigger)
+        if not enough or len(waiting) <= config.compact_keep:
+            return Compacted(0, 0, through)
+        old = list(reversed(waiting[config.compact_keep :]))  # oldest first
+        if self._model is None:
+            return self._archive_only(agent, phone, old, through)
+        return self._fold(agent, phone, old, summary.text if summary else None, config.review)
 
     def _archive_only(
         self, agent: str, phone: str, old: list[Message], through: int | None

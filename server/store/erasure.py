@@ -19,6 +19,7 @@ class ErasureQueries(Queries):
             summaries = conn.execute(f"DELETE FROM summaries WHERE {where}", args).rowcount
             history = conn.execute(f"DELETE FROM memory_history WHERE {where}", args).rowcount
             conn.execute(f"DELETE FROM outbox WHERE {where}", args)
+            conn.execute(f"DELETE FROM compaction_claims WHERE {where}", args)
             redact_audit(conn, agent, phone)
         return PersonErasure(
             messages=messages, memories=memories, summaries=summaries, history=history

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
+from server.clock import format_time
 from server.store.db import Conn, Queries
 from server.store.messages import archive, count_waiting
 from server.store.outbox import enqueue
@@ -20,6 +22,29 @@ from server.store.records import (
 
 
 class MemoryQueries(Queries):
+    def claim_compaction(self, agent: str, phone: str, holder: str, *, seconds: float) -> bool:
+        """Claim the person's compaction for `holder` until `seconds` from now: True when
+        claimed (free, expired, or held by `holder` already), False when another holds it."""
+        now = self._now()
+        until = format_time(self._clock() + timedelta(seconds=seconds))
+        with self._transaction() as conn:
+            row = conn.execute(
+                "INSERT INTO compaction_claims (agent, phone, holder, until) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (agent, phone) DO UPDATE SET holder = excluded.holder,"
+                " until = excluded.until"
+                " WHERE compaction_claims.until < ? OR compaction_claims.holder = excluded.holder"
+                " RETURNING holder",
+                (agent, phone, holder, until, now),
+            ).fetchone()
+        return row is not None
+
+    def release_compaction(self, agent: str, phone: str, holder: str) -> None:
+        with self._transaction() as conn:
+            conn.execute(
+                "DELETE FROM compaction_claims WHERE agent = ? AND phone = ? AND holder = ?",
+                (agent, phone, holder),
+            )
+
     def summaries_of(self, keys: Sequence[str]) -> dict[str, tuple[str, str, Summary]]:
         """Summaries by their index key 'agent|phone'."""
         found: dict[str, tuple[str, str, Summary]] = {}

@@ -194,6 +194,17 @@ SQLITE_MIGRATIONS: list[str] = [
     DROP TABLE audit;
     ALTER TABLE audit_v4 RENAME TO audit;
     """,
+    """
+    -- Who compacts a person now: a replica claims them until a time (a crashed replica's
+    -- claim runs out), so two replicas never call the model for one person at once.
+    CREATE TABLE compaction_claims (
+        agent TEXT NOT NULL,
+        phone TEXT NOT NULL,
+        holder TEXT NOT NULL,
+        until TEXT NOT NULL,
+        PRIMARY KEY (agent, phone)
+    );
+    """,
 ]
 
 # The same four versions. Ids come from identity columns, which PostgreSQL never hands out
@@ -305,5 +316,16 @@ POSTGRES_MIGRATIONS: list[str] = [
     """
     CREATE INDEX messages_phone ON messages (phone);
     CREATE INDEX outbox_person ON outbox (agent, phone);
+    """,
+    """
+    -- Who compacts a person now: a replica claims them until a time (a crashed replica's
+    -- claim runs out), so two replicas never call the model for one person at once.
+    CREATE TABLE compaction_claims (
+        agent TEXT NOT NULL,
+        phone TEXT NOT NULL,
+        holder TEXT NOT NULL,
+        until TEXT NOT NULL,
+        PRIMARY KEY (agent, phone)
+    );
     """,
 ]

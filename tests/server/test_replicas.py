@@ -94,3 +94,61 @@ def test_one_replica_runs_the_indexer_and_a_standby_takes_over(tmp_path: Path) -
         for services in (a, b):
             services.indexer.stop()
             services.store.close()
+
+
+def test_a_person_is_compacted_by_one_replica_at_a_time(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    a, b = Store.open(settings), Store.open(settings)
+    try:
+        assert a.claim_compaction("bot", "+15550004444", "replica-a", seconds=600)
+        assert a.claim_compaction("bot", "+15550004444", "replica-a", seconds=600)  # its own
+        assert not b.claim_compaction("bot", "+15550004444", "replica-b", seconds=600)
+        assert b.claim_compaction("bot", "+15550005555", "replica-b", seconds=600)  # another
+        a.release_compaction("bot", "+15550004444", "replica-a")
+        assert b.claim_compaction("bot", "+15550004444", "replica-b", seconds=600)
+        # A claim whose holder died runs out; another replica then takes it.
+        assert b.claim_compaction("bot", "+15550006666", "replica-b", seconds=-1)
+        assert a.claim_compaction("bot", "+15550006666", "replica-a", seconds=600)
+        # A forget takes the person's claims with it.
+        a.forget_person("bot", "+15550004444")
+        assert (
+            query(
+                settings, "SELECT COUNT(*) FROM compaction_claims WHERE phone = ?", "+15550004444"
+            )[0][0]
+            == 0
+        )
+    finally:
+        a.close()
+        b.close()
+
+
+def test_two_replicas_compacting_one_person_at_once_call_the_model_once(tmp_path: Path) -> None:
+    from tests.fake_llm import FakeLLM
+
+    with FakeLLM() as llm:
+        llm.delay_s = 1.0  # a slow model: both replicas ask while the first one waits
+        settings = make_settings(
+            tmp_path, llm_base_url=llm.base_url, llm_api_key="sk-test", llm_retries=0
+        )
+        replicas = [open_services(settings, encoder_factory=fake_factory) for _ in range(2)]
+        try:
+            for i in range(45):
+                replicas[0].memory.remember(
+                    AGENT, PHONE, role="user" if i % 2 == 0 else "assistant", content=f"t {i}"
+                )
+            done: list[int] = []
+            threads = [
+                threading.Thread(
+                    target=lambda s=s: done.append(s.memory.compact(AGENT, PHONE).archived)
+                )
+                for s in replicas
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=60)
+            assert sorted(done) == [0, 25]  # one compacted, the other skipped
+            assert len(llm.requests) == 2  # the summary and the facts, of one compaction
+        finally:
+            for services in replicas:
+                services.store.close()
