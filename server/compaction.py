@@ -81,6 +81,7 @@ class Compaction:
         self.last_error: str | None = None
         # This process's name on the compaction claims it takes (server/store/memories.py).
         self._holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self._drop_dead_claims()
 
     @property
     def uses_model(self) -> bool:
@@ -125,6 +126,20 @@ class Compaction:
                 return self._run_claimed(agent, phone, config, force=force)
             finally:
                 self._store.release_compaction(agent, phone, self._holder)
+
+    def _drop_dead_claims(self) -> None:
+        """Claims left by processes of this host that died (a crash mid-compaction): dropped
+        at once, so a restart compacts those people again without waiting for the claims to
+        run out (a dead host's claims run out after CLAIM_S)."""
+        for holder in self._store.compaction_claims_of(f"{socket.gethostname()}:"):
+            try:
+                pid = int(holder.split(":")[1])
+                os.kill(pid, 0)
+            except (IndexError, ValueError, ProcessLookupError):
+                dropped = self._store.drop_compaction_claims(holder)
+                log.info("dropped %d compaction claims of a process that is gone", dropped)
+            except PermissionError:
+                pass  # alive, another user's
 
     def _run_claimed(
         self, agent: str, phone: str, config: AgentConfig, *, force: bool

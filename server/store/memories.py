@@ -38,6 +38,20 @@ class MemoryQueries(Queries):
             ).fetchone()
         return row is not None
 
+    def compaction_claims_of(self, prefix: str) -> list[str]:
+        """The holders of the claims whose holder name starts with `prefix`."""
+        rows = self._reader().execute(
+            "SELECT DISTINCT holder FROM compaction_claims WHERE holder LIKE ?",
+            (prefix.replace("%", "") + "%",),
+        )
+        return [str(r[0]) for r in rows]
+
+    def drop_compaction_claims(self, holder: str) -> int:
+        with self._transaction() as conn:
+            return int(
+                conn.execute("DELETE FROM compaction_claims WHERE holder = ?", (holder,)).rowcount
+            )
+
     def release_compaction(self, agent: str, phone: str, holder: str) -> None:
         with self._transaction() as conn:
             conn.execute(
