@@ -389,8 +389,13 @@ class Indexer:
             native.trim()  # what the writes freed goes back to the system (server/native.py)
 
     def _sample_lag(self) -> None:
+        try:
+            size = self._store.outbox_size()
+        except Exception:  # the database away for a moment: no sample, the loop goes on
+            log.warning("indexer: could not read the outbox size", exc_info=True)
+            return
         samples = self.stats.lag_samples
-        samples.append((time.time(), self._store.outbox_size()))
+        samples.append((time.time(), size))
         del samples[:-600]
 
     def run_once(self) -> int:
