@@ -41,8 +41,11 @@ PAGE = 50  # the staff page asks for 50 results
 FLOORS = (0.0, 0.01, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.6)
 
 
-def run(set_name: str, model: str, conversations: int, cache: Path | None) -> dict[str, Any]:
-    convs = load(SETS[set_name])[:conversations] if conversations else load(SETS[set_name])
+def run(
+    set_name: str, model: str, conversations: int, cache: Path | None, data: Path | None = None
+) -> dict[str, Any]:
+    convs = load(data or SETS[set_name])
+    convs = convs[:conversations] if conversations else convs
     own, _, questions = embed(model, convs, cache, neighbours=False)
     calibration = calibration_for(model)
     with tempfile.TemporaryDirectory() as folder:
@@ -70,7 +73,6 @@ def run(set_name: str, model: str, conversations: int, cache: Path | None) -> di
         ranks: list[int | None] = []
         evidence_rel: list[float] = []
         answer_scores: list[float] = []
-        raw: list[tuple[list[float], int | None]] = []
         filler_scores: list[float] = []
         pages: list[list[tuple[float, bool]]] = []
         for c, conv in enumerate(convs):
@@ -92,7 +94,6 @@ def run(set_name: str, model: str, conversations: int, cache: Path | None) -> di
                     (relevance(h.score, "hybrid", calibration), h.row.id in wanted) for h in hits
                 ]
                 pages.append(scored)
-                raw.append(([h.score for h in hits], first_of(hits, wanted)))
                 first = next((n for n, h in enumerate(hits) if h.row.id in wanted), None)
                 ranks.append(first)
                 if first is not None:
@@ -142,12 +143,7 @@ def run(set_name: str, model: str, conversations: int, cache: Path | None) -> di
         ],
         "default floor": calibration.staff_floor,
         "rows": rows,
-        "pages": raw,
     }
-
-
-def first_of(hits: Sequence[Any], wanted: set[str]) -> int | None:
-    return next((n for n, h in enumerate(hits) if h.row.id in wanted), None)
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -179,9 +175,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--conversations", type=int, default=0, help="0: all")
     parser.add_argument("--cache", type=Path, default=None, help="reuse embeddings (.npz)")
+    parser.add_argument("--data", type=Path, default=None, help="the set's file (default: its own)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args(argv)
-    result = run(args.set, args.model, args.conversations, args.cache)
+    result = run(args.set, args.model, args.conversations, args.cache, args.data)
     text = markdown(result)
     print(text)
     short = "e5" if "e5" in args.model else args.model.split("/")[-1].split(":")[0]

@@ -22,6 +22,7 @@ from typing import Any
 
 from server import __version__
 from server.config import Settings
+from server.errors import error_body
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ class Starter:
                 if self.failure
                 else f"the server is starting ({self.phase}, {seconds} s so far); retry shortly"
             )
-            body = {"error": {"status": 503, "code": "starting", "message": message}}
+            body = error_body(503, "starting", message)
         payload = json.dumps(body).encode()
         await send(
             {

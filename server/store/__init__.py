@@ -12,7 +12,7 @@ from server.store.audit import FORGOTTEN, AuditQueries
 from server.store.db import Database, SqliteDatabase, migrate
 from server.store.erasure import ErasureQueries
 from server.store.keys import KeyQueries
-from server.store.leases import FileLease, Lease, PostgresLease
+from server.store.leases import Lease
 from server.store.memories import MemoryQueries
 from server.store.messages import MessageQueries
 from server.store.outbox import OutboxQueries
@@ -91,10 +91,7 @@ class Store(MessageQueries, MemoryQueries, KeyQueries, AuditQueries, OutboxQueri
     def lease(self, name: str, folder: Path) -> Lease:
         """A lease named `name` among the processes sharing this database (server/store/
         leases.py): an advisory lock on PostgreSQL, a flock in `folder` on SQLite."""
-        url = getattr(self._db, "url", None)
-        if url:
-            return PostgresLease(url, f"memory-server:{name}")
-        return FileLease(folder / f"{name}.lease")
+        return self._db.lease(name, folder)
 
     @property
     def engine(self) -> str:

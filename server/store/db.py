@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from server.clock import Clock, format_time
+from server.store.leases import FileLease, Lease
+from server.store.util import chunks
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,8 @@ class Database(Protocol):
 
     def erase_deleted(self, wait_s: float) -> bool: ...
 
+    def lease(self, name: str, folder: Path) -> Lease: ...
+
     @property
     def erasure_pending(self) -> bool: ...
 
@@ -81,8 +85,7 @@ class Queries:
         return format_time(self._clock())
 
     def _rows_by_ids(self, select: str, ids: Sequence[int | str]) -> Iterator[Any]:
-        for start in range(0, len(ids), 500):
-            chunk = list(ids[start : start + 500])
+        for chunk in chunks(list(ids)):
             marks = ",".join("?" * len(chunk))
             yield from self._reader().execute(f"{select} WHERE id IN ({marks})", tuple(chunk))
 
@@ -203,6 +206,10 @@ class SqliteDatabase:
             yield conn
         finally:
             conn.execute("COMMIT")
+
+    def lease(self, name: str, folder: Path) -> Lease:
+        """Processes of one machine on one data folder: a flock in the folder."""
+        return FileLease(folder / f"{name}.lease")
 
     def stream(self, sql: str, chunk: int) -> Iterator[list[Any]]:
         """Rows of a long read in batches, on a connection of its own."""

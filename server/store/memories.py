@@ -41,8 +41,8 @@ class MemoryQueries(Queries):
     def compaction_claims_of(self, prefix: str) -> list[str]:
         """The holders of the claims whose holder name starts with `prefix`."""
         rows = self._reader().execute(
-            "SELECT DISTINCT holder FROM compaction_claims WHERE holder LIKE ?",
-            (prefix.replace("%", "") + "%",),
+            "SELECT DISTINCT holder FROM compaction_claims WHERE substr(holder, 1, ?) = ?",
+            (len(prefix), prefix),
         )
         return [str(r[0]) for r in rows]
 

@@ -8,12 +8,14 @@ import logging
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import psycopg
 
 from server.errors import Unavailable
 from server.store.db import Conn, Cursor
+from server.store.leases import Lease, PostgresLease
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +150,10 @@ class PostgresDatabase:
             cursor.execute(_sql(sql))
             while batch := cursor.fetchmany(chunk):
                 yield list(batch)
+
+    def lease(self, name: str, folder: Path) -> Lease:
+        """Replicas anywhere on one database: a session advisory lock."""
+        return PostgresLease(self.url, f"memory-server:{name}")
 
     def erase_deleted(self, wait_s: float) -> bool:
         """VACUUM what a forget deleted from: the dead rows' space is marked free, to be

@@ -185,3 +185,15 @@ def test_reindex_against_an_empty_database_deletes_nothing(
     said = capsys.readouterr().err
     assert "holds nothing" in said and "MEMORY_DATABASE_URL" in said, said
     assert VectorIndex(elsewhere / "lance", "fake-hash", 64, name=name).count() == 3
+
+
+def test_a_database_url_that_is_not_postgresql_is_refused_without_echoing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("MEMORY_DATABASE_URL", "mysql://root:hunter2secret@db/memory")
+    assert main(["keys", "list"]) == 2
+    said = capsys.readouterr().err
+    assert "MEMORY_DATABASE_URL" in said and "postgresql://" in said, said
+    assert "hunter2secret" not in said  # a URL may carry a password
+    assert not (tmp_path / "memory.db").exists()  # nothing was opened

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import threading
@@ -23,21 +22,16 @@ ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def _browser_or_skip() -> str:
-    """Chromium's path. Under ./scripts/test (and CI) MEMORY_REQUIRE_BROWSER=1 wherever
-    Chromium is or can be installed, so a missing browser fails the test; only a bare pytest
-    run, or a non-root machine without Chromium, skips it, with the reason."""
+def _browser() -> str:
+    """Chromium's path. scripts/test installs Debian's chromium (and Playwright): a machine
+    where it cannot run fails these tests with the reason, it does not skip them."""
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        reason = "the playwright package is not installed (scripts/test installs it)"
-    else:
-        if CHROMIUM:
-            return CHROMIUM
-        reason = "Debian's chromium is not installed (scripts/test installs it as root)"
-    if os.environ.get("MEMORY_REQUIRE_BROWSER") == "1":
-        pytest.fail(f"browser test required but cannot run: {reason}")
-    pytest.skip(reason)
+        pytest.fail("the playwright package is not installed (scripts/test installs it)")
+    if not CHROMIUM:
+        pytest.fail("Debian's chromium is not installed (scripts/test installs it as root)")
+    return CHROMIUM
 
 
 @pytest.fixture
@@ -115,7 +109,7 @@ def new_key(base: str, **body: Any) -> str:
 
 
 def test_staff_find_a_paraphrase_and_open_the_timeline(live_server: str) -> None:
-    chromium = _browser_or_skip()
+    chromium = _browser()
     from playwright.sync_api import sync_playwright
 
     staff_key = new_key(live_server, scope="staff")
@@ -232,7 +226,7 @@ def test_staff_find_a_paraphrase_and_open_the_timeline(live_server: str) -> None
 
 
 def test_staff_page_on_a_phone(live_server: str) -> None:
-    chromium = _browser_or_skip()
+    chromium = _browser()
     from playwright.sync_api import sync_playwright
 
     staff_key = new_key(live_server, scope="staff")
@@ -305,7 +299,7 @@ def bare_server(tmp_path: Path) -> Iterator[str]:
 def test_docs_render_with_no_network(bare_server: str) -> None:
     """/docs in Chromium with every request to another host refused: Swagger UI renders
     the whole API from the server's own files."""
-    chromium = _browser_or_skip()
+    chromium = _browser()
     from playwright.sync_api import Route, sync_playwright
 
     elsewhere: list[str] = []
