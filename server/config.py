@@ -26,6 +26,17 @@ class Settings(BaseSettings):
         description="postgresql://user:password@host:port/database puts the transactional"
         " state in PostgreSQL (for several replicas); unset: SQLite under the data folder.",
     )
+    lance_uri: str | None = Field(
+        None,
+        description="Where the vectors live: a local folder, or s3://bucket/prefix so that"
+        " replicas share one vector store (endpoint and credentials from the AWS_* variables or"
+        " MEMORY_LANCE_STORAGE_OPTIONS); unset: <data folder>/lance.",
+    )
+    lance_storage_options: dict[str, str] = Field(
+        default_factory=dict,
+        description="JSON object of object-store options for MEMORY_LANCE_URI (aws_endpoint,"
+        " aws_region, aws_access_key_id, aws_secret_access_key, allow_http, ...).",
+    )
     host: str = Field("127.0.0.1", description="Address the HTTP server binds to.")
     port: int = Field(8080, ge=1, le=65535, description="Port the HTTP server listens on.")
     admin_key: str | None = Field(
@@ -153,13 +164,32 @@ class Settings(BaseSettings):
             raise ValueError("must start with postgresql:// (unset for SQLite)")
         return value
 
+    @field_validator("lance_uri")
+    @classmethod
+    def _lance_uri(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        scheme, sep, rest = value.partition("://")
+        if sep and scheme != "s3":
+            raise ValueError("must be a local folder or s3://bucket/prefix")
+        if sep and not rest.strip("/"):
+            raise ValueError("s3:// needs a bucket: s3://bucket/prefix")
+        return value.rstrip("/") if sep else value
+
     @property
     def sqlite_path(self) -> Path:
         return self.data_dir / "memory.db"
 
     @property
     def lance_path(self) -> Path:
+        """The local vector folder (MEMORY_LANCE_URI when it is a folder)."""
+        if self.lance_uri and "://" not in self.lance_uri:
+            return Path(self.lance_uri)
         return self.data_dir / "lance"
+
+    @property
+    def lance_remote(self) -> bool:
+        return bool(self.lance_uri and "://" in self.lance_uri)
 
     @property
     def llm_enabled(self) -> bool:
