@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -21,6 +19,7 @@ from lancedb.index import FTS, Bitmap, BTree
 from lancedb.query import LanceVectorQueryBuilder
 
 from embeddings.encoder import Vectors, model_slug
+from embeddings.location import CrossProcessLock, LanceLocation
 from embeddings.stopwords import stop_words
 
 T = TypeVar("T")
@@ -165,70 +164,64 @@ class SharedLock:
 
 
 class IndexBusy(TimeoutError):
-    """The index folder's write lock could not be had in time (another process holds it)."""
+    """The vector store's write lock could not be had in time (another process holds it)."""
 
 
-class FolderWriteLock:
-    """One LanceDB writer at a time per index folder, across threads and processes (a
-    `memory-server reindex` or `forget` next to a running server): a purge deletes old
-    versions' files, so a write must never run from a version a purge removed. Re-entrant in
-    the holding thread; the cross-process part is an flock on `<folder>/.write.lock`."""
+class WriteLock:
+    """One LanceDB writer at a time per vector store, across threads and processes (a
+    `memory-server reindex` or `forget` next to a running server, or replicas sharing a bucket):
+    a purge deletes old versions' files, so a write must never run from a version a purge
+    removed, and two writers' purge and upsert running at once can corrupt a table. Re-entrant
+    in the holding thread. The cross-process part is the location's lock (embeddings/
+    location.py): an flock on `<folder>/.write.lock`, or for a shared bucket the lease the
+    server gives it (an advisory lock of the shared database)."""
 
-    _registry: ClassVar[dict[str, FolderWriteLock]] = {}
+    _registry: ClassVar[dict[str, WriteLock]] = {}
     _registry_guard: ClassVar[threading.Lock] = threading.Lock()
 
     timeout_s = 30.0  # then IndexBusy: the caller answers 503 rather than hang
 
-    def __init__(self, folder: Path) -> None:
-        self._path = folder / ".write.lock"
+    def __init__(self, name: str, holder: CrossProcessLock | None) -> None:
+        self._name = name
+        self._holder = holder
         self._lock = threading.RLock()
         self._depth = 0
-        self._fd: int | None = None
 
     @classmethod
-    def of(cls, folder: Path) -> FolderWriteLock:
-        """The process's one lock object for a folder (two objects would deadlock a thread)."""
-        key = str(folder.resolve())
+    def of(cls, where: Path | LanceLocation) -> WriteLock:
+        """The process's one lock object for a store (two objects would deadlock a thread)."""
+        location = LanceLocation.of(where)
         with cls._registry_guard:
-            if key not in cls._registry:
-                cls._registry[key] = cls(folder)
-            return cls._registry[key]
+            if location.key not in cls._registry:
+                cls._registry[location.key] = cls(location.uri, location.writer_lock())
+            return cls._registry[location.key]
 
     def __enter__(self) -> None:
         deadline = time.monotonic() + self.timeout_s
         if not self._lock.acquire(timeout=self.timeout_s):
-            raise IndexBusy(f"the index folder is busy in this process for {self.timeout_s:g} s")
-        if self._depth == 0:
+            raise IndexBusy(f"the vector store is busy in this process for {self.timeout_s:g} s")
+        if self._depth == 0 and self._holder is not None:
             try:
-                self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
-                self._flock(self._fd, deadline)
+                self._hold(self._holder, deadline)
             except BaseException:
-                if self._fd is not None:
-                    os.close(self._fd)
-                    self._fd = None
                 self._lock.release()
                 raise
         self._depth += 1
 
-    def _flock(self, fd: int, deadline: float) -> None:
+    def _hold(self, holder: CrossProcessLock, deadline: float) -> None:
         """The cross-process lock, polled: a hung process holding it must not hang us."""
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise IndexBusy(
-                        f"another process has held {self._path} for {self.timeout_s:g} s"
-                    ) from None
-                time.sleep(0.01)
+        while not holder.try_hold():
+            if time.monotonic() >= deadline:
+                raise IndexBusy(
+                    f"another process has held the write lock of {self._name} for"
+                    f" {self.timeout_s:g} s"
+                )
+            time.sleep(0.01)
 
     def __exit__(self, *_: object) -> None:
         self._depth -= 1
-        if self._depth == 0 and self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        if self._depth == 0 and self._holder is not None:
+            self._holder.release()
         self._lock.release()
 
 
@@ -252,16 +245,17 @@ def table_name(model: str, dim: int, version: int = SCHEMA_VERSION) -> str:
 class VectorIndex:
     """Items of every agent in one LanceDB table named after the model and its dimension."""
 
-    def __init__(self, path: Path, model: str, dim: int, *, name: str | None = None) -> None:
-        """The model's current table, or `name` (a table of an older version, still served
-        while its successor is built)."""
-        path.mkdir(parents=True, exist_ok=True)
-        self.path = path
+    def __init__(
+        self, where: Path | LanceLocation, model: str, dim: int, *, name: str | None = None
+    ) -> None:
+        """The model's current table in a folder or bucket, or `name` (a table of an older
+        version, still served while its successor is built)."""
+        self.location = LanceLocation.of(where)
         self.model = model
         self.dim = dim
         self.name = name or table_name(model, dim)
         self._db = self._connect()
-        self._folder_lock = FolderWriteLock.of(path)
+        self._folder_lock = WriteLock.of(self.location)
         self._files = SharedLock()  # readers versus whoever deletes old files
         self._schema = pa.schema(
             [
@@ -281,12 +275,7 @@ class VectorIndex:
                 pa.field("vector", pa.list_(pa.float32(), dim), nullable=False),
             ]
         )
-        existing = (
-            set(self._db.list_tables().tables)
-            if hasattr(self._db, "list_tables")
-            else set(self._db.table_names())
-        )
-        self.created = self.name not in existing
+        self.created = self.name not in self.location.table_names()
         if self.created:
             with self._folder_lock:  # a reindex may be creating the same table
                 self._table = self._db.create_table(self.name, schema=self._schema, exist_ok=True)
@@ -309,10 +298,17 @@ class VectorIndex:
             index_cache_size_bytes=INDEX_CACHE_BYTES, metadata_cache_size_bytes=METADATA_CACHE_BYTES
         )
         # Readers look for a newer version at most a second after another process wrote one
-        # (a CLI reindex or forget); this process's own writes are seen at once.
-        return lancedb.connect(
-            str(self.path), session=session, read_consistency_interval=timedelta(seconds=1)
+        # (another replica, a CLI reindex or forget); this process's own writes are seen at once.
+        return self.location.connect(
+            session=session, read_consistency_interval=timedelta(seconds=1)
         )
+
+    @property
+    def path(self) -> Path:
+        """The local folder (a remote store has none)."""
+        if self.location.local is None:
+            raise ValueError(f"{self.location} is not a local folder")
+        return self.location.local
 
     def reopen(self) -> None:
         """A fresh connection and table handle (after a failure: a file may be gone)."""
@@ -555,8 +551,9 @@ class VectorIndex:
                 cosines[hit.row.id] = float(hit.vector @ query)
         return fuse_scores(semantic, keyword, cosines, k, semantic_weight=semantic_weight)
 
-    def data_files(self) -> list[Path]:
-        return [p for p in (self.path / f"{self.name}.lance").rglob("*") if p.is_file()]
+    def data_files(self) -> list[str]:
+        """Every file of the table: local paths, or s3:// URIs."""
+        return self.location.files(self.name)
 
     def _arrow(self, rows: Sequence[IndexRow], vectors: Vectors) -> pa.Table:
         columns: dict[str, Any] = {
@@ -568,19 +565,17 @@ class VectorIndex:
         return pa.table(columns, schema=self._schema)
 
 
-def table_names(path: Path) -> list[str]:
-    """Every table in the index folder: one per model and dimension ever used."""
-    if not path.exists():
-        return []
-    return sorted(p.name.removesuffix(".lance") for p in path.glob("memory_*.lance"))
+def table_names(where: Path | LanceLocation) -> list[str]:
+    """Every table of the store: one per model and dimension ever used."""
+    return LanceLocation.of(where).table_names()
 
 
-def purge_person_from_table(path: Path, name: str, agent: str, phone: str) -> int:
+def purge_person_from_table(where: Path | LanceLocation, name: str, agent: str, phone: str) -> int:
     """Delete a person from a table of another model, and make the deletion physical."""
-    table = lancedb.connect(str(path)).open_table(name)
-    where = f"agent = {quote(agent)} AND phone = {quote(phone)}"
-    with FolderWriteLock.of(path):
-        return _purge_rows(table, where)
+    location = LanceLocation.of(where)
+    with WriteLock.of(location):
+        table = location.connect().open_table(name)
+        return _purge_rows(table, f"agent = {quote(agent)} AND phone = {quote(phone)}")
 
 
 def _purge_rows(table: Any, where: str) -> int:

@@ -53,6 +53,7 @@ from server.search import StaffSearch
 from server.serving import ServingLock
 from server.store import Store
 from server.upgrade import Upgrade
+from server.vectors import lance_location
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ def open_space(
     outbox, so changing the model never mixes vectors; a table that differs from SQLite (it
     missed writes while another model was active, or while a reindex built it under traffic)
     gets what it lacks queued."""
-    index = VectorIndex(settings.lance_path, encoder.name, encoder.dim, name=name)
+    index = VectorIndex(lance_location(settings, store), encoder.name, encoder.dim, name=name)
     if index.created:
         queued = store.enqueue_everything()
     elif index.count() != store.count_sources():
@@ -129,14 +130,15 @@ def _previous_space(
                 exc_info=True,
             )
             return None
-    present = set(table_names(settings.lance_path))
+    location = lance_location(settings, store)
+    present = set(table_names(location))
     serving = _serving_table(store, encoder.name, encoder.dim, present)
     if serving is None or serving == wanted_table:
         return None
     space = open_space(settings, store, encoder, name=serving)
     if space.index.count() == 0:
         return None
-    target = VectorIndex(settings.lance_path, wanted.name, wanted.dim)
+    target = VectorIndex(location, wanted.name, wanted.dim)
     if not target.created and target.count() == store.count_sources():
         return None  # the configured model's table is complete already (a finished reindex)
     store.set_meta(ACTIVE_TABLE, serving)  # a restart during the build serves from it again
@@ -169,11 +171,12 @@ def open_services(
     served = store.meta(ACTIVE_MODEL) if follow_folder else None
     step(f"loading the model {served or settings.embedding_model}")
     wanted = load(served or settings.embedding_model)
-    step(f"opening the vector index in {settings.lance_path}")
+    location = lance_location(settings, store)
+    step(f"opening the vector index in {location}")
     serving = None
     if served:  # the folder's own model and table, left recorded as they are
         table = store.meta(ACTIVE_TABLE)
-        named = table if table in table_names(settings.lance_path) else None
+        named = table if table in table_names(location) else None
         space = open_space(settings, store, wanted, name=named)
     elif (serving := _previous_space(settings, store, load, wanted)) is None:
         space = open_space(settings, store, wanted)

@@ -16,10 +16,10 @@ import numpy as np
 from embeddings.calibration import calibration_for
 from embeddings.encoder import CachedEncoder, Vectors
 from embeddings.index import (
-    FolderWriteLock,
     Hit,
     IndexRow,
     VectorIndex,
+    WriteLock,
     purge_person_from_table,
     table_names,
     vector_text,
@@ -165,7 +165,7 @@ def summary_row(agent: str, phone: str, summary: Summary) -> IndexRow:
 class IndexerLock:
     """The indexer's lock within the process, then the index folder's write lock."""
 
-    def __init__(self, folder: FolderWriteLock) -> None:
+    def __init__(self, folder: WriteLock) -> None:
         self._local = threading.RLock()
         self._folder = folder
 
@@ -294,7 +294,7 @@ class Indexer:
         # One batch, purge or switch at a time, in this process and across processes on the
         # same index folder (a CLI forget or reindex): reading SQLite's state and writing it to
         # LanceDB happen under it together, so a forget elsewhere never falls in between.
-        self.lock = IndexerLock(FolderWriteLock.of(space.index.path))
+        self.lock = IndexerLock(WriteLock.of(space.index.location))
         self.stats = IndexerStats()
         # A model upgrade's table while it is built (server/upgrade.py): every batch written
         # to the table in use is written to it too, so it misses nothing that happens meanwhile.
@@ -579,9 +579,9 @@ class Indexer:
             index = self.space.index
             removed = index.delete_person(agent, phone)
             index.purge()
-            for name in table_names(index.path):
+            for name in table_names(index.location):
                 if name != index.name:
-                    purge_person_from_table(index.path, name, agent, phone)
+                    purge_person_from_table(index.location, name, agent, phone)
             # The query cache holds recent texts; a forgotten person's must not linger.
             self.space.encoder.clear()
             return removed

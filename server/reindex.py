@@ -10,7 +10,7 @@ import numpy as np
 from tqdm import tqdm
 
 from embeddings.encoder import Encoder
-from embeddings.index import FolderWriteLock, VectorIndex, table_name, vector_text
+from embeddings.index import VectorIndex, WriteLock, table_name, vector_text
 from server.app import EncoderFactory
 from server.config import Settings
 from server.errors import Conflict
@@ -25,6 +25,7 @@ from server.indexer import (
 )
 from server.serving import no_server
 from server.store import Store
+from server.vectors import lance_location
 
 
 class NotItsDatabase(Conflict):
@@ -101,7 +102,7 @@ def _rebuild(
     hooks: Hooks,
     started: float,
 ) -> ReindexReport:
-    index = VectorIndex(settings.lance_path, encoder.name, encoder.dim)
+    index = VectorIndex(lance_location(settings, store), encoder.name, encoder.dim)
     if store.count_sources() == 0 and index.count() > 0:
         # Every row would be an orphan and be deleted: this is not the database the index
         # was made from (MEMORY_DATABASE_URL unset, or another one, in this shell).
@@ -124,7 +125,7 @@ def _rebuild(
             # Written from SQLite's state under the folder's write lock, which the server's
             # indexer and a forget hold while they read and write: an edit or a forget
             # since the read above is seen here, never overwritten with the old text.
-            with FolderWriteLock.of(settings.lance_path):
+            with WriteLock.of(index.location):
                 rows = source_rows(store, kind, ids, settings.turn_window)
                 changed = sorted({vector_text(r) for r in rows} - set(vectors))
                 if changed:

@@ -18,6 +18,7 @@ from server.deps import Services
 from server.hooks import Hooks
 from tests.backends import database_url_for, on_postgres
 from tests.fakes import fake_factory
+from tests.s3 import S3Server
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -168,3 +169,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker(other):
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[S3Server]:
+    """An S3-compatible server on 127.0.0.1 (moto), for the whole run; each test makes its
+    own bucket (S3Server.new_uri)."""
+    server = S3Server()
+    yield server
+    server.stop()

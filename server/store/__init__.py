@@ -88,10 +88,11 @@ class Store(MessageQueries, MemoryQueries, KeyQueries, AuditQueries, OutboxQueri
             database_url=settings.database_url,
         )
 
-    def lease(self, name: str, folder: Path) -> Lease:
+    def lease(self, name: str, folder: Path, *, keep_session: bool = False) -> Lease:
         """A lease named `name` among the processes sharing this database (server/store/
-        leases.py): an advisory lock on PostgreSQL, a flock in `folder` on SQLite."""
-        return self._db.lease(name, folder)
+        leases.py): an advisory lock on PostgreSQL, a flock in `folder` on SQLite. With
+        keep_session, a PostgreSQL lease keeps its connection between holds."""
+        return self._db.lease(name, folder, keep_session=keep_session)
 
     @property
     def engine(self) -> str:

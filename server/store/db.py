@@ -58,7 +58,7 @@ class Database(Protocol):
 
     def erase_deleted(self, wait_s: float) -> bool: ...
 
-    def lease(self, name: str, folder: Path) -> Lease: ...
+    def lease(self, name: str, folder: Path, *, keep_session: bool = False) -> Lease: ...
 
     @property
     def erasure_pending(self) -> bool: ...
@@ -207,7 +207,7 @@ class SqliteDatabase:
         finally:
             conn.execute("COMMIT")
 
-    def lease(self, name: str, folder: Path) -> Lease:
+    def lease(self, name: str, folder: Path, *, keep_session: bool = False) -> Lease:
         """Processes of one machine on one data folder: a flock in the folder."""
         return FileLease(folder / f"{name}.lease")
 

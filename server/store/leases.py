@@ -9,59 +9,32 @@ file of the folder, which the kernel releases when the process dies."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import logging
-import os
 import threading
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
+
+from embeddings.location import CrossProcessLock, FileLease
+
+__all__ = ["FileLease", "Lease", "PostgresLease"]
 
 log = logging.getLogger(__name__)
 
 
-class Lease(Protocol):
-    def try_hold(self) -> bool:
-        """True while this process holds it (taking it when it is free); never waits."""
-        ...
-
-    def release(self) -> None: ...
-
-
-class FileLease:
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        self._fd: int | None = None
-        self._guard = threading.Lock()
-
-    def try_hold(self) -> bool:
-        with self._guard:
-            if self._fd is not None:
-                return True
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)
-                return False
-            self._fd = fd
-            return True
-
-    def release(self) -> None:
-        with self._guard:
-            if self._fd is not None:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-                os.close(self._fd)
-                self._fd = None
+Lease = CrossProcessLock
 
 
 class PostgresLease:
-    def __init__(self, url: str, name: str) -> None:
+    """A session advisory lock. With keep_session, release unlocks but keeps the connection
+    for the next hold (a lock taken for every write: no new connection each time)."""
+
+    def __init__(self, url: str, name: str, *, keep_session: bool = False) -> None:
         self._url = url
         # A stable 63-bit key from the name: every replica computes the same one.
         self._key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big") >> 1
+        self._keep = keep_session
         self._conn: Any = None
+        self._held = False
         self._guard = threading.Lock()
 
     def try_hold(self) -> bool:
@@ -70,10 +43,13 @@ class PostgresLease:
         with self._guard:
             if self._conn is not None:
                 try:
-                    self._conn.execute("SELECT 1")  # still ours while the session lives
-                    return True
+                    if self._held:
+                        self._conn.execute("SELECT 1")  # still ours while the session lives
+                        return True
+                    return self._take(self._conn)
                 except psycopg.Error:
-                    log.warning("lost the database session holding a lease; taking it again")
+                    if self._held:
+                        log.warning("lost the database session holding a lease; taking it again")
                     self._drop()
             try:
                 conn = psycopg.connect(
@@ -84,22 +60,41 @@ class PostgresLease:
                     keepalives_interval=2,
                     keepalives_count=3,
                 )
-                held = conn.execute("SELECT pg_try_advisory_lock(%s)", (self._key,)).fetchone()
             except psycopg.Error as exc:
                 log.warning("cannot reach the database for a lease: %s", exc)
                 return False
-            if held is not None and held[0]:
+            try:
+                if self._take(conn):
+                    self._conn = conn
+                    return True
+            except psycopg.Error as exc:
+                log.warning("cannot take a lease: %s", exc)
+            if self._keep and self._conn is None:
                 self._conn = conn
-                return True
-            conn.close()
+            else:
+                conn.close()
             return False
+
+    def _take(self, conn: Any) -> bool:
+        held = conn.execute("SELECT pg_try_advisory_lock(%s)", (self._key,)).fetchone()
+        self._held = bool(held is not None and held[0])
+        return self._held
 
     def release(self) -> None:
         with self._guard:
-            self._drop()
+            if not self._keep or self._conn is None:
+                self._drop()
+                return
+            if self._held:
+                try:
+                    self._conn.execute("SELECT pg_advisory_unlock(%s)", (self._key,))
+                    self._held = False
+                except Exception:
+                    self._drop()  # the session ends: the lock is released with it
 
     def _drop(self) -> None:
         if self._conn is not None:
             with contextlib.suppress(Exception):
                 self._conn.close()  # the session ends: the lock is released with it
             self._conn = None
+        self._held = False

@@ -151,9 +151,9 @@ class PostgresDatabase:
             while batch := cursor.fetchmany(chunk):
                 yield list(batch)
 
-    def lease(self, name: str, folder: Path) -> Lease:
+    def lease(self, name: str, folder: Path, *, keep_session: bool = False) -> Lease:
         """Replicas anywhere on one database: a session advisory lock."""
-        return PostgresLease(self.url, f"memory-server:{name}")
+        return PostgresLease(self.url, f"memory-server:{name}", keep_session=keep_session)
 
     def erase_deleted(self, wait_s: float) -> bool:
         """VACUUM what a forget deleted from: the dead rows' space is marked free, to be

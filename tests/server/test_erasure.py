@@ -12,6 +12,7 @@ import pytest
 from tests import fake_llm
 from tests.conftest import AGENT, PHONE, Api, admin
 from tests.fake_llm import FakeLLM
+from tests.s3 import S3Server
 
 CANARY = "zebracanary7f3a9c"
 OTHER = "+15559998888"
@@ -41,10 +42,21 @@ def lance_texts(folder: Path) -> str:
     return "\n".join(texts)
 
 
+@pytest.mark.parametrize("vectors", ["folder", "s3"])
 def test_forget_after_compaction_review_search_and_audit(
-    api_factory: Callable[..., Api], llm: FakeLLM
+    api_factory: Callable[..., Api],
+    llm: FakeLLM,
+    vectors: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
 ) -> None:
-    api: Api = api_factory(llm_base_url=llm.base_url, llm_retries=0)
+    """On a vector folder, and on a bucket shared by replicas (MEMORY_LANCE_URI=s3://...)."""
+    shared: dict[str, object] = {}
+    if vectors == "s3":
+        s3: S3Server = request.getfixturevalue("s3")
+        uri = s3.new_uri()
+        shared = {"lance_uri": uri, "lance_storage_options": s3.options}
+    api: Api = api_factory(llm_base_url=llm.base_url, llm_retries=0, **shared)
     api.client.put(f"/v1/agents/{AGENT}/settings", json={"review": True}, headers=admin())
     for i in range(45):
         api.post_turn(
@@ -83,10 +95,16 @@ def test_forget_after_compaction_review_search_and_audit(
     assert deleted["vectors"] == 45 + 2 + 1
 
     data = api.services.settings.data_dir
+    lance = data / "lance"
+    if vectors == "s3":
+        assert not lance.exists()  # nothing of the vectors on local disk
+        assert s3.holding(uri, CANARY.encode()) == []
+        lance = s3.download(uri, tmp_path / "bucket")
+        assert any(lance.rglob("*.lance"))  # (the other person's rows are there)
     for path in (p for p in data.rglob("*") if p.is_file()):
         assert CANARY.encode() not in path.read_bytes(), path
-    assert CANARY not in lance_texts(data / "lance")
-    assert PHONE not in lance_texts(data / "lance")
+    assert CANARY not in lance_texts(lance)
+    assert PHONE not in lance_texts(lance)
 
     export = api.client.get(f"/v1/agents/{AGENT}/people/{PHONE}/export", headers=admin()).json()
     assert export["messages"] == [] and export["memories"] == [] and export["summary"] is None

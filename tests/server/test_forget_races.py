@@ -580,10 +580,10 @@ def test_a_process_holding_the_index_lock_too_long_gets_503_not_a_hang(api: Api)
     import fcntl
     import os
 
-    from embeddings.index import FolderWriteLock
+    from embeddings.index import WriteLock
 
     folder = api.services.settings.lance_path
-    lock = FolderWriteLock.of(folder)
+    lock = WriteLock.of(folder)
     lock.timeout_s = 0.3  # this app's lock object only: the folder is the test's own
     fd = os.open(folder / ".write.lock", os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)  # as a hung CLI process would

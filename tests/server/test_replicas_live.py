@@ -1,5 +1,7 @@
-"""Two `memory-server serve` processes on one database and one vector folder: writes through
-one, the active indexer's process killed mid-stream, the other takes over."""
+"""Two `memory-server serve` processes on one database and one vector store (a folder, or an
+S3-compatible bucket as replicas on several machines share): writes through one, the active
+indexer's process killed mid-stream, the other takes over; a forget through one while the
+other ingests the same person."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from embeddings.index import VectorIndex
 from tests.backends import query
 from tests.conftest import ADMIN_KEY, make_settings
 from tests.live import Server
+from tests.s3 import S3Server
 
 pytestmark = pytest.mark.slow
 
@@ -27,21 +30,47 @@ def health(server: Server) -> dict[str, object]:
     return body
 
 
+class Vectors:
+    """The replicas' shared vector store: the data folder's, or a bucket of its own."""
+
+    def __init__(self, kind: str, data: Path, request: pytest.FixtureRequest) -> None:
+        self.kind = kind
+        self.data = data
+        self.s3: S3Server | None = request.getfixturevalue("s3") if kind == "s3" else None
+        self.uri = self.s3.new_uri() if self.s3 else str(data / "lance")
+        self.env = self.s3.env(self.uri) if self.s3 else {}
+
+    def index(self) -> VectorIndex:
+        where = self.s3.location(self.uri) if self.s3 else self.data / "lance"
+        return VectorIndex(where, "hash:64", 64)
+
+    def holding(self, needle: bytes) -> list[str]:
+        if self.s3:
+            return self.s3.holding(self.uri, needle)
+        files = (p for p in (self.data / "lance").rglob("*") if p.is_file())
+        return [str(p) for p in files if needle in p.read_bytes()]
+
+
+def wait_for_roles(first: Server, second: Server) -> tuple[Server, Server]:
+    """(active, standby) once exactly one of them runs the indexer."""
+    deadline = time.monotonic() + 15
+    while {health(first)["indexer"], health(second)["indexer"]} != {"active", "standby"}:
+        assert time.monotonic() < deadline, "no single active indexer"
+        time.sleep(0.1)
+    return (first, second) if health(first)["indexer"] == "active" else (second, first)
+
+
+@pytest.mark.parametrize("store", ["folder", "s3"])
 def test_sigkill_of_the_active_indexer_the_other_takes_over_indexing_each_turn_once(
-    tmp_path: Path,
+    tmp_path: Path, store: str, request: pytest.FixtureRequest
 ) -> None:
     data = tmp_path / "data"
-    first, second = Server(data), Server(data)
+    vectors = Vectors(store, data, request)
+    first, second = Server(data, **vectors.env), Server(data, **vectors.env)
     first.start()
     second.start()
     try:
-        deadline = time.monotonic() + 15
-        while {health(first)["indexer"], health(second)["indexer"]} != {"active", "standby"}:
-            assert time.monotonic() < deadline, "no single active indexer"
-            time.sleep(0.1)
-        active, standby = (
-            (first, second) if health(first)["indexer"] == "active" else (second, first)
-        )
+        active, standby = wait_for_roles(first, second)
 
         acknowledged: list[int] = []
         stop = threading.Event()
@@ -80,10 +109,70 @@ def test_sigkill_of_the_active_indexer_the_other_takes_over_indexing_each_turn_o
     settings = make_settings(data)
     stored = [int(r[0]) for r in query(settings, "SELECT id FROM messages")]
     assert sorted(stored) == sorted(acknowledged)  # nothing acknowledged lost, nothing more
-    index = VectorIndex(data / "lance", "hash:64", 64)
-    rows = Counter(i for i in index.all_ids() if i.startswith("turn:"))
+    rows = Counter(i for i in vectors.index().all_ids() if i.startswith("turn:"))
     assert set(rows) == {f"turn:{i}" for i in acknowledged}  # every turn indexed
     assert set(rows.values()) == {1}  # once
+
+
+@pytest.mark.parametrize("store", ["folder", "s3"])
+def test_forget_through_one_replica_while_the_other_ingests_the_same_person(
+    tmp_path: Path, store: str, request: pytest.FixtureRequest
+) -> None:
+    """Turns acknowledged before the forget was sent are gone everywhere (database, vectors,
+    every file of the vector store); turns sent after it returned are stored and indexed; no
+    vector outlives its turn and none is missing."""
+    data = tmp_path / "data"
+    vectors = Vectors(store, data, request)
+    a, b = Server(data, **vectors.env), Server(data, **vectors.env)
+    a.start()
+    b.start()
+    sent: dict[int, float] = {}  # message id -> when its request was sent
+    acked: dict[int, float] = {}  # message id -> when it was acknowledged
+    marks: dict[int, bytes] = {}
+    stop = threading.Event()
+
+    def ingest() -> None:  # through A, all along
+        n = 0
+        with httpx.Client(base_url=a.base, headers=ADMIN, timeout=10) as http:
+            while not stop.is_set():
+                mark = f"mark{n:05d}q"
+                body = {"role": "user", "content": f"turn {n} {mark}", "event_id": f"e{n}"}
+                at = time.monotonic()
+                answer = http.post(PERSON, json=body)
+                assert answer.status_code in (200, 201), answer.text
+                ident = int(answer.json()["id"])
+                sent[ident], acked[ident], marks[ident] = at, time.monotonic(), mark.encode()
+                n += 1
+
+    writer = threading.Thread(target=ingest)
+    try:
+        wait_for_roles(a, b)
+        writer.start()
+        time.sleep(2.0)  # the active indexer indexes what arrives
+        forget_sent = time.monotonic()
+        forgotten = httpx.delete(f"{b.base}{PERSON.removesuffix('/messages')}", headers=ADMIN)
+        forget_done = time.monotonic()
+        assert forgotten.status_code == 200, forgotten.text
+        time.sleep(2.0)
+        stop.set()
+        writer.join(timeout=30)
+        a.wait_indexed(60)
+    finally:
+        stop.set()
+        b.stop()
+        a.stop()
+    before = {i for i, at in acked.items() if at < forget_sent}
+    after = {i for i, at in sent.items() if at > forget_done}
+    assert len(before) > 10 and len(after) > 10
+    settings = make_settings(data)
+    stored = {int(r[0]) for r in query(settings, "SELECT id FROM messages")}
+    assert not stored & before  # erased
+    assert after <= stored <= set(acked)  # kept, and nothing that was not acknowledged
+    rows = Counter(i for i in vectors.index().all_ids() if i.startswith("turn:"))
+    assert set(rows) == {f"turn:{i}" for i in stored} and set(rows.values()) == {1}
+    assert vectors.holding(marks[max(after)])  # (the file scan finds what is there)
+    for ident in before:
+        assert vectors.holding(marks[ident]) == [], ident
 
 
 def test_what_one_replica_changes_holds_on_the_other_at_once(tmp_path: Path) -> None:
