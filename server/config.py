@@ -144,6 +144,11 @@ class Settings(BaseSettings):
         2, ge=0, le=10, description="Retries of one model call (429, 5xx, timeouts) by the client."
     )
 
+    @field_validator("llm_base_url", "llm_api_key")
+    @classmethod
+    def _empty_is_unset(cls, value: str | None) -> str | None:
+        return value or None  # MEMORY_LLM_BASE_URL= in a compose file means "none"
+
     @field_validator("admin_key")
     @classmethod
     def _refuse_weak_admin_key(cls, value: str | None) -> str | None:

@@ -75,7 +75,11 @@ class Store(MessageQueries, MemoryQueries, KeyQueries, AuditQueries, OutboxQueri
         else:
             raise ValueError("a SQLite path or a database URL")
         self._db = db
-        self._migrate()
+        try:
+            self._migrate()
+        except BaseException:
+            db.close()
+            raise
 
     @classmethod
     def open(cls, settings: Settings, *, clock: Clock = utc_now) -> Store:

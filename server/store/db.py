@@ -90,6 +90,11 @@ class Queries:
             yield from self._reader().execute(f"{select} WHERE id IN ({marks})", tuple(chunk))
 
 
+class SchemaTooNew(RuntimeError):
+    """The database was migrated by a newer release: this one would run old queries on new
+    tables. Raised at start-up, before anything is written."""
+
+
 def migrate(db: Database, now: str) -> None:
     """Each migration in its own transaction, together with its record."""
     with db.migrating():
@@ -104,6 +109,12 @@ def _migrate(db: Database, now: str) -> None:
             " (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
         )
         done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+    known = len(db.migrations)
+    if done and max(done) > known:
+        raise SchemaTooNew(
+            f"the database is at schema version {max(done)}, this release knows versions up to"
+            f" {known}: run the newer release (README, Deployment: upgrade order)"
+        )
     for version, script in enumerate(db.migrations, start=1):
         if version in done:
             continue

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from server import __version__
-from server.store import MIGRATIONS
-from tests.conftest import Api
+from server.store import MIGRATIONS, Store
+from server.store.db import SchemaTooNew
+from tests.conftest import Api, make_settings
+from tests.live import ROOT, Server
+from tests.server.test_startup import server_env
 
 
 def test_health(api: Api) -> None:
@@ -31,6 +38,33 @@ def test_migrations_are_recorded_and_run_once(api: Api) -> None:
     assert store.schema_version() == len(MIGRATIONS)
     store._migrate()
     assert store.schema_version() == len(MIGRATIONS)
+
+
+def test_a_database_migrated_by_a_newer_release_is_refused_at_start(tmp_path: Path) -> None:
+    """An old replica next to an upgraded one must not run its old queries on new tables:
+    `serve` exits 1 saying why, and the database is left as it was."""
+    data = tmp_path / "data"
+    store = Store.open(make_settings(data))
+    newer = len(MIGRATIONS) + 1
+    with store._db.transaction() as conn:  # as the next release's migration records itself
+        conn.execute(
+            "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
+            (newer, "2027-01-01T00:00:00Z"),
+        )
+    store.close()
+    with pytest.raises(SchemaTooNew, match=f"schema version {newer}"):
+        Store.open(make_settings(data))
+    server = Server(data, MEMORY_LOG_LEVEL="info")
+    done = subprocess.run(
+        [sys.executable, "-m", "server", "serve"],
+        env={**os.environ, **server_env(server)},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 1, done.stderr
+    assert f"the database is at schema version {newer}" in done.stderr
 
 
 def test_unknown_path_is_404_in_the_error_shape(api: Api) -> None:
