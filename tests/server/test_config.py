@@ -14,9 +14,8 @@ def test_lance_uri_is_a_folder_or_an_s3_bucket(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("MEMORY_LANCE_URI", "/mnt/vectors")
     assert str(Settings().lance_path) == "/mnt/vectors" and not Settings().lance_remote
     monkeypatch.setenv("MEMORY_LANCE_URI", "s3://bucket/memory/")
-    monkeypatch.setenv(
-        "MEMORY_LANCE_STORAGE_OPTIONS", '{"aws_endpoint": "http://minio:9000", "allow_http": "true"}'
-    )
+    options = '{"aws_endpoint": "http://minio:9000", "allow_http": "true"}'
+    monkeypatch.setenv("MEMORY_LANCE_STORAGE_OPTIONS", options)
     settings = Settings()
     assert settings.lance_uri == "s3://bucket/memory" and settings.lance_remote
     assert settings.lance_storage_options == {
