@@ -268,11 +268,6 @@ def test_the_image_pins_torch_as_scripts_setup_does_before_the_project() -> None
     assert steps[-1] == 'CMD ["memory-server", "serve"]'
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pyproject.toml's [tool.setuptools] packages leaves out server.store: the image's"
-    " `pip install .` would fail to import it",
-)
 def test_the_image_install_holds_every_package() -> None:
     # The image installs the project as a wheel (not editable): only the listed packages go in.
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
