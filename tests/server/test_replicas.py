@@ -152,3 +152,38 @@ def test_two_replicas_compacting_one_person_at_once_call_the_model_once(tmp_path
         finally:
             for services in replicas:
                 services.store.close()
+
+
+def test_one_persons_turns_keep_their_order_across_replicas_with_skewed_clocks(
+    tmp_path: Path,
+) -> None:
+    """A person's turns, sent one after another alternately through two replicas whose clocks
+    disagree by five minutes, come back in the order they were sent: history is ordered by
+    the database's ids, never by a replica's clock."""
+    from datetime import timedelta
+
+    from fastapi.testclient import TestClient
+
+    from server.app import create_app
+    from tests.conftest import Api, FakeClock, admin
+
+    settings = make_settings(tmp_path)
+    ahead = FakeClock()
+    behind = FakeClock(ahead.now - timedelta(minutes=5))
+    apps = [
+        create_app(settings, clock=clock, encoder_factory=fake_factory) for clock in (ahead, behind)
+    ]
+    with TestClient(apps[0]) as a, TestClient(apps[1]) as b:
+        replicas = [Api(a), Api(b)]
+        for n in range(20):
+            answer = replicas[n % 2].post_turn(f"turn {n}", event_id=f"e{n}")
+            assert answer.status_code == 201, answer.text
+            ahead.advance(seconds=1)
+            behind.advance(seconds=1)
+        for api in replicas:
+            history = api.context(max_messages=50).json()["history"]
+            assert [m["content"] for m in history] == [f"turn {n}" for n in range(20)]
+            exported = api.client.get(
+                f"/v1/agents/{AGENT}/people/{PHONE}/export", headers=admin()
+            ).json()["messages"]
+            assert [m["content"] for m in exported] == [f"turn {n}" for n in range(20)]
