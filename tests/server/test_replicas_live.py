@@ -144,10 +144,20 @@ def test_forget_through_one_replica_while_the_other_ingests_the_same_person(
                 sent[ident], acked[ident], marks[ident] = at, time.monotonic(), mark.encode()
                 n += 1
 
+    contexts: Counter[int] = Counter()
+
+    def read() -> None:  # contexts through B, all along, with a query (a vector search)
+        with httpx.Client(base_url=b.base, headers=ADMIN, timeout=10) as http:
+            while not stop.is_set():
+                answer = http.get(PERSON.replace("/messages", "/context"), params={"query": "x"})
+                contexts[answer.status_code] += 1
+
     writer = threading.Thread(target=ingest)
+    reader = threading.Thread(target=read)
     try:
         wait_for_roles(a, b)
         writer.start()
+        reader.start()
         time.sleep(2.0)  # the active indexer indexes what arrives
         forget_sent = time.monotonic()
         forgotten = httpx.delete(f"{b.base}{PERSON.removesuffix('/messages')}", headers=ADMIN)
@@ -156,11 +166,13 @@ def test_forget_through_one_replica_while_the_other_ingests_the_same_person(
         time.sleep(2.0)
         stop.set()
         writer.join(timeout=30)
+        reader.join(timeout=30)
         a.wait_indexed(60)
     finally:
         stop.set()
         b.stop()
         a.stop()
+    assert set(contexts) == {200} and contexts[200] > 10, contexts
     before = {i for i, at in acked.items() if at < forget_sent}
     after = {i for i, at in sent.items() if at > forget_done}
     assert len(before) > 10 and len(after) > 10
