@@ -280,13 +280,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     backup = commands.add_parser(
         "backup",
-        help="copy the database and vector tables to DIR (safe while serving)",
+        help="copy the vector tables, then the database, to DIR (safe while serving)",
+        description="Copy the vector tables, then the database, to DIR (new or empty): SQLite"
+        " through its online backup API, or with MEMORY_DATABASE_URL a pg_dump (custom format,"
+        " pg_dump on PATH) to DIR/postgres.dump. Safe while servers serve.",
         parents=[as_json],
     )
     backup.add_argument("dir", type=Path)
     restore = commands.add_parser(
         "restore",
-        help="replace the data folder with a backup from DIR (refused while a server serves it)",
+        help="replace the database and vector tables with a backup from DIR (servers stopped)",
+        description="Replace the database and the vector tables with a backup from DIR, then"
+        " queue every item for the indexer. Refused while a server serves the data folder; with"
+        " MEMORY_DATABASE_URL (pg_restore on PATH, one transaction) also while any other"
+        " session is connected to the database: stop every replica first.",
         parents=[as_json],
     )
     restore.add_argument("dir", type=Path)

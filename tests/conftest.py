@@ -162,8 +162,8 @@ def api(api_factory: Callable[..., Api]) -> Api:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests of one engine's own machinery skip on the other, saying so: SQLite's WAL and
-    backup API (their PostgreSQL counterparts, pg_dump and erasure, are not built yet), and
-    PostgreSQL's sessions (terminated backends)."""
+    files, and PostgreSQL's sessions (terminated backends, restore's refusal), pg_dump and
+    erasure as a dump sees it."""
     other = "sqlite" if on_postgres() else "postgresql"
     skip = pytest.mark.skip(reason=f"a {other}-only behaviour, run by the {other} pass")
     for item in items:

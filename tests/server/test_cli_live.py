@@ -25,7 +25,7 @@ from server.cli import main
 from server.hooks import Hooks
 from server.reindex import rebuild_index
 from server.serving import ServingLock
-from tests.backends import data_env, set_data_env
+from tests.backends import data_env, on_postgres, set_data_env
 from tests.conftest import ADMIN_KEY, admin, bearer, make_settings
 from tests.fake_llm import GOOD_FACTS, FakeLLM
 from tests.fakes import fake_factory
@@ -303,7 +303,6 @@ def test_reindex_of_the_served_model_while_serving_loses_nothing(live: Live) -> 
 # -- backup and restore --------------------------------------------------------------------------
 
 
-@pytest.mark.sqlite
 def test_backup_while_serving_restores_what_the_server_held(
     live: Live,
     tmp_path: Path,
@@ -329,6 +328,11 @@ def test_backup_while_serving_restores_what_the_server_held(
     assert main(["restore", str(tmp_path / "bk")]) == 2
     assert "a server is serving" in capsys.readouterr().err
     live.still_serves(phone)
+    if on_postgres():  # nor is its database, from a folder of another machine
+        monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path / "elsewhere"))
+        assert main(["restore", str(tmp_path / "bk")]) == 2
+        assert "the database is in use" in capsys.readouterr().err
+        live.still_serves(phone)
 
     # Restored into another folder, the backup serves the person as the server did.
     restored = tmp_path / "restored"
