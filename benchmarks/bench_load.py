@@ -115,6 +115,35 @@ def free_ports(count: int) -> list[int]:
         return [int(sock.getsockname()[1]) for sock in socks]
 
 
+def free_port() -> int:
+    return free_ports(1)[0]
+
+
+def start_server(data_dir: Path, port: int, extra_env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """One server on `data_dir`, ready (bench_vector's; this benchmark starts a Cluster)."""
+    env = {
+        **os.environ,
+        "MEMORY_DATA_DIR": str(data_dir),
+        "MEMORY_PORT": str(port),
+        "MEMORY_ADMIN_KEY": ADMIN_KEY,
+        "MEMORY_LOG_LEVEL": "warning",
+        "HF_HUB_OFFLINE": "1",
+        **extra_env,
+    }
+    process = subprocess.Popen([sys.executable, "-m", "server", "serve"], env=env, cwd=ROOT)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return process
+        except httpx.HTTPError:
+            time.sleep(0.2)
+        if process.poll() is not None:
+            raise SystemExit(f"server exited with {process.returncode}")
+    process.kill()
+    raise SystemExit("server did not start within 120 s")
+
+
 @dataclass
 class Replica:
     """One `memory-server serve` process of the run; its output goes to `log`."""
