@@ -1,10 +1,15 @@
-"""Load benchmark: the real server (uvicorn, subprocess) driven over HTTP on 127.0.0.1.
+"""Load benchmark: the real server (uvicorn, subprocesses) driven over HTTP on 127.0.0.1.
 
 N people x M turns are stored from C concurrent clients; after every turn of a user, the
 client builds that person's context, as an agent does before it answers. Then staff searches
 run. Reports p50/p95/p99 latency and throughput of storing a turn, building a context and staff
-search; the index lag over time; the server's peak memory; and the indexer's embed rate next to
-the raw model's, measured in the same run (a ratio).
+search; the CPU a request costs (the servers', and on PostgreSQL the database's); the index lag
+over time; the server's peak memory; the indexer's embed rate next to the raw model's, measured
+in the same run (a ratio); and every answer that was not a success, by replica.
+
+--database postgresql keeps the server's state in a fresh database on the local PostgreSQL
+(dropped at the end); --replicas N starts N servers on one database and one vector folder, and
+the clients spread their requests over them round-robin, request by request.
 
 With --soak-memories SECONDS the clients instead add memories for that long (every fourth
 one is read back and searched for), and every --sample-s seconds the server's RSS and the
@@ -13,6 +18,8 @@ LanceDB manifests on disk are sampled: does memory level off under steady memory
 Run with:
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_load.py --people 1000 --turns 50 \
         --clients 4 --out benchmarks/results
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_load.py --people 100 --turns 40 \
+        --clients 4 --searches 100 --database postgresql --replicas 2 --out DIR
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_load.py --soak-memories 900 \
         --clients 4 --out benchmarks/results
 """
@@ -21,19 +28,28 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import functools
+import itertools
 import json
 import os
 import random
+import secrets
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from tqdm import tqdm
@@ -47,6 +63,16 @@ from server.config import DEFAULT_MODEL  # noqa: E402  (the server's default mod
 ADMIN_KEY = "bench-admin-key-0123456789"
 ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN_KEY}"}
 AGENT = "bench-agent"
+PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+# What the benchmark sets for each replica: a shell's own values must not leak in.
+DECIDED = (
+    "MEMORY_DATA_DIR",
+    "MEMORY_DATABASE_URL",
+    "MEMORY_LANCE_URI",
+    "MEMORY_LANCE_STORAGE_OPTIONS",
+    "MEMORY_PORT",
+)
+LOG_TAIL = 20  # lines of a replica's log printed at the end
 
 
 @dataclass
@@ -80,13 +106,21 @@ class Series:
 WORDS = "dog night shift hospital Monday jacket refund blue order trip Lisbon sister".split()  # noqa: SIM905
 
 
+def free_ports(count: int) -> list[int]:
+    """Ports free now, all different (each socket is held until every one is chosen)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
 
 
 def start_server(data_dir: Path, port: int, extra_env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """One server on `data_dir`, ready (bench_vector's; this benchmark starts a Cluster)."""
     env = {
         **os.environ,
         "MEMORY_DATA_DIR": str(data_dir),
@@ -110,52 +144,353 @@ def start_server(data_dir: Path, port: int, extra_env: dict[str, str]) -> subpro
     raise SystemExit("server did not start within 120 s")
 
 
+@dataclass
+class Replica:
+    """One `memory-server serve` process of the run; its output goes to `log`."""
+
+    number: int
+    port: int
+    env: dict[str, str]
+    log: Path
+    process: subprocess.Popen[bytes] | None = None
+    log_lines: list[str] = field(default_factory=list)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def launch(self) -> None:
+        env = {name: value for name, value in os.environ.items() if name not in DECIDED}
+        env.update(
+            {
+                "MEMORY_PORT": str(self.port),
+                "MEMORY_ADMIN_KEY": ADMIN_KEY,
+                "MEMORY_LOG_LEVEL": "warning",
+                "HF_HUB_OFFLINE": "1",
+                **self.env,
+            }
+        )
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "server", "serve"],
+                env=env,
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def wait_ready(self, limit_s: float = 120) -> None:
+        """Until /health answers 200 with status ok: the model loaded, the database migrated."""
+        assert self.process is not None
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise SystemExit(
+                    f"replica {self.number} exited with {self.process.returncode} at start"
+                )
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                answer = httpx.get(f"{self.base}/health", timeout=1)
+                if answer.status_code == 200 and answer.json()["status"] == "ok":
+                    return
+            time.sleep(0.2)
+        raise SystemExit(f"replica {self.number} was not ready within {limit_s:.0f} s")
+
+    def health(self) -> dict[str, Any]:
+        body: dict[str, Any] = httpx.get(f"{self.base}/health", timeout=5).json()
+        return body
+
+    def terminate(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+
+    def wait_stopped(self) -> None:
+        if self.process is None:
+            return
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=30)
+
+    def read_log(self) -> None:
+        with contextlib.suppress(OSError):
+            self.log_lines = self.log.read_text(errors="replace").splitlines()
+
+
+class Database:
+    """A fresh PostgreSQL database for one run, made next to `admin_url`'s and dropped after."""
+
+    def __init__(self, admin_url: str) -> None:
+        self.admin_url = admin_url
+        self.name = f"bench_load_{os.getpid()}_{secrets.token_hex(2)}"
+        self.url = urlsplit(admin_url)._replace(path=f"/{self.name}").geturl()
+        self._sessions: Any = None  # the connection that lists the database's sessions
+
+    def create(self) -> None:
+        self._admin(f"CREATE DATABASE {self.name}")
+
+    def drop(self) -> None:
+        if self._sessions is not None:
+            self._sessions.close()
+        self._admin(f"DROP DATABASE IF EXISTS {self.name} WITH (FORCE)")
+
+    def session_pids(self) -> list[int]:
+        """Process ids of the database's sessions now (the servers' connections)."""
+        import psycopg
+
+        if self._sessions is None:
+            self._sessions = psycopg.connect(self.admin_url, autocommit=True)
+        rows = self._sessions.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s", (self.name,)
+        ).fetchall()
+        return [int(row[0]) for row in rows]
+
+    def _admin(self, sql: str) -> None:
+        import psycopg
+
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(sql)
+
+
+class Cluster:
+    """The run's replicas on a fresh data folder (and, on PostgreSQL, a fresh database); at
+    the end, also on failure or Ctrl-C, every replica is stopped and both are removed.
+
+    On SQLite every replica serves the one data folder (one database file, one vector folder,
+    as the live replica tests run them). On PostgreSQL each replica has a data folder of its
+    own, as on separate machines, and they share the vector folder through MEMORY_LANCE_URI."""
+
+    def __init__(
+        self, replicas: int, database: str, model: str, pg_admin_url: str, keep: bool
+    ) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="bench-load-"))
+        self.lance = self.root / "lance"
+        self.keep = keep
+        self.database = Database(pg_admin_url) if database == "postgresql" else None
+        self.replicas = [
+            Replica(number, port, self._env(number, model), self.root / f"replica-{number}.log")
+            for number, port in enumerate(free_ports(replicas), start=1)
+        ]
+
+    def _env(self, number: int, model: str) -> dict[str, str]:
+        if self.database is None:
+            return {"MEMORY_DATA_DIR": str(self.root), "MEMORY_EMBEDDING_MODEL": model}
+        return {
+            "MEMORY_DATA_DIR": str(self.root / f"replica-{number}"),
+            "MEMORY_LANCE_URI": str(self.lance),
+            "MEMORY_DATABASE_URL": self.database.url,
+            "MEMORY_EMBEDDING_MODEL": model,
+        }
+
+    def __enter__(self) -> Cluster:
+        try:
+            if self.database is not None:
+                self.database.create()
+            first, *rest = self.replicas
+            first.launch()  # alone first: it makes the schema of the fresh database or folder
+            first.wait_ready()
+            for replica in rest:
+                replica.launch()
+            for replica in rest:
+                replica.wait_ready()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for replica in self.replicas:
+            replica.terminate()
+        for replica in self.replicas:
+            replica.wait_stopped()
+            replica.read_log()
+            if replica.log_lines:
+                tail = replica.log_lines[-LOG_TAIL:]
+                prefix = f"[replica {replica.number}] "
+                print("\n".join(prefix + line for line in tail), file=sys.stderr)
+        if self.keep:
+            where = f" and database {self.database.url}" if self.database else ""
+            print(f"kept the data in {self.root}{where}", file=sys.stderr)
+            return
+        shutil.rmtree(self.root, ignore_errors=True)
+        if self.database is not None:
+            try:
+                self.database.drop()
+            except Exception as exc:  # (say so, rather than hide why the run ended)
+                print(f"could not drop {self.database.name}: {exc}", file=sys.stderr)
+
+    @property
+    def engine(self) -> str:
+        return "postgresql" if self.database else "sqlite"
+
+    def make_key(self, scope: str) -> str:
+        made = httpx.post(
+            f"{self.replicas[0].base}/v1/keys", json={"scope": scope}, headers=ADMIN_HEADERS
+        )
+        if made.status_code != 201:
+            raise SystemExit(f"could not make a {scope} key: {made.status_code} {made.text}")
+        return str(made.json()["key"])
+
+    def roles(self) -> dict[int, str]:
+        """Each replica's indexer role (active or standby; unreachable: its error)."""
+        roles = {}
+        for replica in self.replicas:
+            try:
+                roles[replica.number] = str(replica.health()["indexer"])
+            except (httpx.HTTPError, ValueError, KeyError) as exc:
+                roles[replica.number] = type(exc).__name__
+        return roles
+
+    def settle_roles(self, limit_s: float = 10) -> dict[int, str]:
+        """The roles once exactly one replica runs the indexer (or as they are after limit_s)."""
+        deadline = time.monotonic() + limit_s
+        while list((roles := self.roles()).values()).count("active") != 1:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        return roles
+
+    def index_lag(self) -> int | None:
+        """The outbox's size, from the first replica that answers (None: none does). The
+        outbox is in the database, so every replica, active or standby, says the same."""
+        for replica in self.replicas:
+            with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
+                return int(replica.health()["index_lag"])
+        return None
+
+    def wait_for_index(self, limit_s: float = 1800) -> float:
+        started = time.monotonic()
+        while (lag := self.index_lag()) != 0:
+            if lag is None:
+                raise SystemExit("no replica answers /health")
+            if time.monotonic() - started > limit_s:
+                break
+            time.sleep(0.5)
+        return time.monotonic() - started
+
+    def indexer_rate(self) -> float:
+        """Texts per second of embedding inside the indexers, from every replica's /metrics
+        (the lease may have moved during the run)."""
+        embedded = seconds = 0.0
+        for replica in self.replicas:
+            text = httpx.get(f"{replica.base}/metrics", headers=ADMIN_HEADERS).text
+            metrics = dict(
+                line.split(" ", 1)
+                for line in text.splitlines()
+                if line and not line.startswith("#") and "{" not in line
+            )
+            embedded += float(metrics["memory_indexer_embedded_total"])
+            seconds += float(metrics["memory_indexer_embed_seconds_total"])
+        return embedded / seconds if seconds else 0.0
+
+
+@contextlib.contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """A SIGTERM (`kill`, a CI timeout) unwinds like Ctrl-C does, so that the replicas stop
+    and the database is dropped."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def leave(signum: int, _: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, leave)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+Answers = Counter[tuple[int, str, str]]  # (replica, operation, status) -> how many
+
+
+class Balancer:
+    """Spreads requests over the replicas round-robin, request by request, with no stickiness:
+    one replica may store a person's turn and the next build their context. Counts every
+    answer by replica, operation and status (a transport error by its class name)."""
+
+    def __init__(
+        self, replicas: list[Replica], key: str, answers: Answers, connections: int = 100
+    ) -> None:
+        headers = {"Authorization": f"Bearer {key}"}
+        limits = httpx.Limits(max_connections=connections)
+        self._clients = [
+            httpx.AsyncClient(base_url=r.base, headers=headers, limits=limits, timeout=60)
+            for r in replicas
+        ]
+        self._numbers = [r.number for r in replicas]
+        self._turns = itertools.cycle(range(len(replicas)))
+        self.answers = answers
+
+    async def __aenter__(self) -> Balancer:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        for client in self._clients:
+            await client.aclose()
+
+    async def send(
+        self, series: Series, ok: int, method: str, url: str, **kwargs: Any
+    ) -> httpx.Response | None:
+        """The request, timed into `series` (an answer other than `ok` is an error there)."""
+        turn = next(self._turns)
+        response: httpx.Response | None
+        started = time.perf_counter()
+        try:
+            response = await self._clients[turn].request(method, url, **kwargs)
+            status = str(response.status_code)
+        except httpx.HTTPError as exc:
+            response, status = None, type(exc).__name__
+        series.ms.append((time.perf_counter() - started) * 1000)
+        series.errors += status != str(ok)
+        self.answers[(self._numbers[turn], series.name, status)] += 1
+        return response
+
+
 def phone_of(n: int) -> str:
     return f"+1555{n:07d}"
 
 
 async def drive(
-    base: str, key: str, people: int, turns: int, clients: int, seed: int
+    cluster: Cluster, key: str, answers: Answers, args: argparse.Namespace
 ) -> tuple[Series, Series, float]:
     store, context = Series("store turn"), Series("build context")
     queue: asyncio.Queue[int] = asyncio.Queue()
-    for person in range(people):
+    for person in range(args.people):
         queue.put_nowait(person)
-    rng = random.Random(seed)
-    bar = tqdm(total=people * turns, desc="turns", unit="turn", file=sys.stderr)
+    rng = random.Random(args.seed)
+    bar = tqdm(total=args.people * args.turns, desc="turns", unit="turn", file=sys.stderr)
 
-    async def worker(client: httpx.AsyncClient) -> None:
+    async def worker(balancer: Balancer) -> None:
         while not queue.empty():
             person = queue.get_nowait()
             url = f"/v1/agents/{AGENT}/people/{phone_of(person)}"
-            for turn in range(turns):
+            for turn in range(args.turns):
                 role = "user" if turn % 2 == 0 else "assistant"
                 text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 30)))
-                started = time.perf_counter()
-                response = await client.post(
-                    f"{url}/messages",
-                    json={"role": role, "content": text, "event_id": f"e{person}-{turn}"},
-                )
-                store.ms.append((time.perf_counter() - started) * 1000)
-                store.errors += response.status_code != 201
+                body = {"role": role, "content": text, "event_id": f"e{person}-{turn}"}
+                await balancer.send(store, 201, "POST", f"{url}/messages", json=body)
                 bar.update()
                 if role == "user":
-                    started = time.perf_counter()
-                    response = await client.get(f"{url}/context")
-                    context.ms.append((time.perf_counter() - started) * 1000)
-                    context.errors += response.status_code != 200
+                    await balancer.send(context, 200, "GET", f"{url}/context")
 
-    headers = {"Authorization": f"Bearer {key}"}
-    limits = httpx.Limits(max_connections=clients)
-    async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits, timeout=60) as c:
+    async with Balancer(cluster.replicas, key, answers, args.clients) as balancer:
         started = time.perf_counter()
-        await asyncio.gather(*(worker(c) for _ in range(clients)))
+        await asyncio.gather(*(worker(balancer) for _ in range(args.clients)))
         seconds = time.perf_counter() - started
     bar.close()
     return store, context, seconds
 
 
-async def staff_searches(base: str, key: str, count: int, seed: int) -> Series:
+async def staff_searches(
+    cluster: Cluster, key: str, answers: Answers, count: int, seed: int
+) -> Series:
     series = Series("staff search")
     rng = random.Random(seed)
     words = [
@@ -171,27 +506,102 @@ async def staff_searches(base: str, key: str, count: int, seed: int) -> Series:
         "order",
         "blue",
     ]
-    headers = {"Authorization": f"Bearer {key}"}
-    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=60) as client:
+    async with Balancer(cluster.replicas, key, answers) as balancer:
         for _ in range(count):
             query = " ".join(rng.sample(words, 3))
-            started = time.perf_counter()
-            response = await client.post("/v1/search", json={"query": query, "limit": 20})
-            series.ms.append((time.perf_counter() - started) * 1000)
-            series.errors += response.status_code != 200
+            body = {"query": query, "limit": 20}
+            await balancer.send(series, 200, "POST", "/v1/search", json=body)
     return series
 
 
+class CpuMeter:
+    """CPU seconds used so far by the replicas and, on PostgreSQL, by the database's sessions
+    (the work SQLite does inside the server). A process is read whenever the meter is, and
+    keeps its last reading once it is gone; a session that lives less than the watcher's
+    second between two readings is missed (a standby's lease attempts)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        import psutil
+
+        self._servers = [psutil.Process(r.pid) for r in cluster.replicas]
+        self._database = cluster.database
+        self._seen: dict[Any, float] = {}  # psutil.Process (pid and start time) -> seconds
+        self._sessions: set[Any] = set()
+        self._lock = threading.Lock()
+
+    def reading(self) -> tuple[float, float]:
+        """(server CPU s, database CPU s) so far, read now."""
+        import psutil
+
+        with self._lock:
+            for process in self._servers:
+                self._read(process)
+            if self._database is not None:
+                with contextlib.suppress(Exception):  # (a missed reading, not a failed run)
+                    for pid in self._database.session_pids():
+                        with contextlib.suppress(psutil.Error):
+                            self._sessions.add(psutil.Process(pid))
+                for process in self._sessions:
+                    self._read(process)
+            server = sum(self._seen.get(p, 0.0) for p in self._servers)
+            database = sum(self._seen.get(p, 0.0) for p in self._sessions)
+        return server, database
+
+    def _read(self, process: Any) -> None:
+        import psutil
+
+        with contextlib.suppress(psutil.Error):
+            if process.is_running():  # (not another process that took its pid)
+                times = process.cpu_times()
+                self._seen[process] = times.user + times.system
+
+
+@dataclass
+class Usage:
+    """CPU readings at one moment: the servers', the database's, this benchmark's, the
+    machine's (all its cores busy, whoever ran)."""
+
+    server_s: float
+    database_s: float
+    bench_s: float
+    machine_s: float
+    at: float
+
+    @classmethod
+    def now(cls, meter: CpuMeter) -> Usage:
+        import psutil
+
+        server, database = meter.reading()
+        times = psutil.cpu_times()
+        busy = sum(times) - times.idle - getattr(times, "iowait", 0.0)
+        return cls(server, database, time.process_time(), busy, time.monotonic())
+
+
+def cost_row(phase: str, requests: int, start: Usage, end: Usage, postgres: bool) -> dict[str, Any]:
+    """What a phase cost: CPU seconds by whom, and CPU ms per request (servers + database)."""
+    server, database = end.server_s - start.server_s, end.database_s - start.database_s
+    return {
+        "phase": phase,
+        "requests": requests,
+        "seconds": round(end.at - start.at, 1),
+        "server_cpu_s": round(server, 2),
+        "database_cpu_s": round(database, 2) if postgres else None,
+        "bench_cpu_s": round(end.bench_s - start.bench_s, 2),
+        "machine_cpu_s": round(end.machine_s - start.machine_s, 2),
+        "cpu_ms_per_request": round((server + database) / requests * 1000, 2) if requests else None,
+    }
+
+
 class Watcher:
-    """Samples the index lag and the server's memory every second, in a thread."""
+    """Samples every second, in a thread, the index lag, every replica's memory and the CPU
+    meter (so that short-lived database sessions are read while they live)."""
 
-    def __init__(self, base: str, pid: int) -> None:
-        import threading
-
-        self.base = base
-        self.pid = pid
+    def __init__(self, cluster: Cluster, meter: CpuMeter) -> None:
+        self.cluster = cluster
+        self.meter = meter
         self.lag: list[tuple[float, int]] = []
-        self.peak_rss_mb = 0.0
+        self.peak_rss_mb = 0.0  # all replicas together (one replica: the server's)
+        self.peak_rss_by_replica: dict[int, float] = {r.number: 0.0 for r in cluster.replicas}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._started = time.monotonic()
@@ -207,47 +617,42 @@ class Watcher:
     def _run(self) -> None:
         import psutil
 
-        process = psutil.Process(self.pid)
+        processes = {r.number: psutil.Process(r.pid) for r in self.cluster.replicas}
         while not self._stop.is_set():
-            try:
-                lag = httpx.get(f"{self.base}/health", timeout=5).json()["index_lag"]
-                self.lag.append((round(time.monotonic() - self._started, 1), int(lag)))
-                self.peak_rss_mb = max(self.peak_rss_mb, process.memory_info().rss / 2**20)
-            except (httpx.HTTPError, psutil.Error):
-                pass
+            lag = self.cluster.index_lag()
+            if lag is not None:
+                self.lag.append((round(time.monotonic() - self._started, 1), lag))
+            total = 0.0
+            for number, process in processes.items():
+                with contextlib.suppress(psutil.Error):
+                    rss = process.memory_info().rss / 2**20
+                    self.peak_rss_by_replica[number] = max(self.peak_rss_by_replica[number], rss)
+                    total += rss
+            self.peak_rss_mb = max(self.peak_rss_mb, total)
+            self.meter.reading()
             self._stop.wait(1.0)
 
 
-def wait_for_index(base: str, limit_s: float = 1800) -> float:
-    started = time.monotonic()
-    while httpx.get(f"{base}/health", timeout=5).json()["index_lag"]:
-        if time.monotonic() - started > limit_s:
-            break
-        time.sleep(0.5)
-    return time.monotonic() - started
+def raw_rate(model_name: str, texts: list[str]) -> float:
+    """Texts per second of the run's model alone, outside the server, at batch 64 on the same
+    kind of text: e5's engine, or SentenceTransformer.encode."""
+    from embeddings.e5 import E5Encoder, is_e5_model
 
+    if is_e5_model(model_name):
+        engine = E5Encoder(copies=1)
+        encode = engine.encode  # stored texts are passages, as the indexer embeds them
+    else:
+        from sentence_transformers import SentenceTransformer
 
-def indexer_rate(base: str) -> float:
-    """Texts per second of embedding inside the server's indexer, from /metrics."""
-    metrics = dict(
-        line.split(" ", 1)
-        for line in httpx.get(f"{base}/metrics", headers=ADMIN_HEADERS).text.splitlines()
-        if line and not line.startswith("#") and "{" not in line
-    )
-    seconds = float(metrics["memory_indexer_embed_seconds_total"])
-    return float(metrics["memory_indexer_embedded_total"]) / seconds if seconds else 0.0
+        from embeddings.encoder import resolve_model
 
-
-def raw_rate(texts: list[str]) -> float:
-    """Texts per second of SentenceTransformer.encode at batch 64 on the same kind of text."""
-    from sentence_transformers import SentenceTransformer
-
-    from embeddings.encoder import resolve_model
-
-    model = SentenceTransformer(resolve_model("all-MiniLM-L6-v2"), device="cpu")
-    model.encode(texts[:64], batch_size=64)
+        model = SentenceTransformer(resolve_model(model_name), device="cpu")
+        encode = functools.partial(
+            model.encode, batch_size=64, normalize_embeddings=True, show_progress_bar=False
+        )
+    encode(texts[:64])
     started = time.perf_counter()
-    model.encode(texts, batch_size=64, normalize_embeddings=True, show_progress_bar=False)
+    encode(texts)
     return len(texts) / (time.perf_counter() - started)
 
 
@@ -260,8 +665,6 @@ class Soak:
     """Memory writes for a fixed time; a thread samples the server's RSS and the manifests."""
 
     def __init__(self, pid: int, lance: Path, sample_s: float) -> None:
-        import threading
-
         self.pid = pid
         self.lance = lance
         self.sample_s = sample_s
@@ -330,38 +733,29 @@ class Soak:
 
 
 async def soak_memories(
-    base: str, key: str, seconds: float, clients: int, seed: int, soak: Soak
+    cluster: Cluster, key: str, answers: Answers, args: argparse.Namespace, soak: Soak
 ) -> list[Series]:
     add, get, find = Series("add memory"), Series("get memory"), Series("search memories")
     url = f"/v1/agents/{AGENT}/memories"
-    rng = random.Random(seed)
-    deadline = time.monotonic() + seconds
+    rng = random.Random(args.seed)
+    deadline = time.monotonic() + args.soak_memories
     bar = tqdm(desc="memories", unit="write", file=sys.stderr)
 
-    async def timed(series: Series, call: Any, ok: int) -> Any:
-        started = time.perf_counter()
-        response = await call
-        series.ms.append((time.perf_counter() - started) * 1000)
-        series.errors += response.status_code != ok
-        return response
-
-    async def worker(client: httpx.AsyncClient) -> None:
+    async def worker(balancer: Balancer) -> None:
         while time.monotonic() < deadline:
             phone = phone_of(rng.randrange(1000))
             text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 20)))
             body = {"content": f"{text} #{soak.writes}", "phone": phone}
-            made = await timed(add, client.post(url, json=body), 201)
+            made = await balancer.send(add, 201, "POST", url, json=body)
             soak.writes += 1
             bar.update()
-            if soak.writes % 4 == 0 and made.status_code == 201:
-                await timed(get, client.get(f"{url}/{made.json()['id']}"), 200)
+            if soak.writes % 4 == 0 and made is not None and made.status_code == 201:
+                await balancer.send(get, 200, "GET", f"{url}/{made.json()['id']}")
                 query = {"query": text, "phone": phone, "threshold": 0.0, "limit": 5}
-                await timed(find, client.post(f"{url}/search", json=query), 200)
+                await balancer.send(find, 200, "POST", f"{url}/search", json=query)
 
-    headers = {"Authorization": f"Bearer {key}"}
-    limits = httpx.Limits(max_connections=clients)
-    async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits, timeout=60) as c:
-        await asyncio.gather(*(worker(c) for _ in range(clients)))
+    async with Balancer(cluster.replicas, key, answers, args.clients) as balancer:
+        await asyncio.gather(*(worker(balancer) for _ in range(args.clients)))
     bar.close()
     return [add, get, find]
 
@@ -380,31 +774,24 @@ def render_soak(samples: list[dict[str, Any]]) -> str:
 
 
 def run_soak(args: argparse.Namespace, argv: list[str] | None) -> int:
-    data_dir = Path(tempfile.mkdtemp(prefix="bench-soak-"))
-    port = free_port()
-    server = start_server(data_dir, port, {"MEMORY_EMBEDDING_MODEL": args.model})
-    try:
-        base = f"http://127.0.0.1:{port}"
-        scope = {"scope": f"agent:{AGENT}"}
-        made = httpx.post(f"{base}/v1/keys", json=scope, headers=ADMIN_HEADERS)
-        with Soak(server.pid, data_dir / "lance", args.sample_s) as soak:
-            series = asyncio.run(
-                soak_memories(
-                    base, made.json()["key"], args.soak_memories, args.clients, args.seed, soak
-                )
-            )
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        if not args.keep_data:
-            shutil.rmtree(data_dir, ignore_errors=True)
+    answers: Answers = Counter()
+    with (
+        sigterm_unwinds(),
+        Cluster(1, args.database, args.model, args.pg_admin_url, args.keep_data) as cluster,
+    ):
+        key = cluster.make_key(f"agent:{AGENT}")
+        with Soak(cluster.replicas[0].pid, cluster.lance, args.sample_s) as soak:
+            series = asyncio.run(soak_memories(cluster, key, answers, args, soak))
 
     seconds = soak.samples[-1]["s"]
     verdict = soak.verdict()
     rows = [s.row(seconds) for s in series]
+    broke = what_broke(cluster, answers, {}, 0)
     result = {
         "command": "benchmarks/bench_load.py " + " ".join(argv or sys.argv[1:]),
         "model": args.model,
+        "database": cluster.engine,
+        "replicas": 1,
         "clients": args.clients,
         "seconds": seconds,
         "writes": soak.writes,
@@ -412,16 +799,19 @@ def run_soak(args: argparse.Namespace, argv: list[str] | None) -> int:
         "samples": soak.samples,
         "cpus": os.cpu_count(),
         "results": rows,
+        "failures": failures(answers),
+        "broke": broke,
     }
     table = (
         render_soak(soak.samples)
         + "\n\n"
         + render(rows)
         + f"\n\n{soak.writes} memories from {args.clients} clients in {seconds:.0f} s"
-        f" ({args.model}); RSS {verdict['rss_start_mib']:.0f} MiB at the start, peak"
-        f" {verdict['rss_peak_mib']:.0f}, end {verdict['rss_end_mib']:.0f}; last third"
-        f" {verdict['last_third_growth_mib']:+.0f} MiB ({verdict['last_third_mib_per_min']:+.1f}"
-        f" MiB/min): {'levelled' if verdict['levelled'] else 'still growing'}."
+        f" ({args.model}, {cluster.engine}); RSS {verdict['rss_start_mib']:.0f} MiB at the"
+        f" start, peak {verdict['rss_peak_mib']:.0f}, end {verdict['rss_end_mib']:.0f}; last"
+        f" third {verdict['last_third_growth_mib']:+.0f} MiB"
+        f" ({verdict['last_third_mib_per_min']:+.1f} MiB/min):"
+        f" {'levelled' if verdict['levelled'] else 'still growing'}." + render_broke(broke)
     )
     write_out(args.out, "bench_load.soak", result, table)
     return 0
@@ -438,6 +828,219 @@ def render(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def render_cost(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| phase | requests | seconds | server CPU s | database CPU s | bench CPU s"
+        " | machine CPU s | CPU ms per request |",
+        "|" + " --- |" * 8,
+    ]
+    for r in rows:
+        database = "in the server" if r["database_cpu_s"] is None else r["database_cpu_s"]
+        per_request = "" if r["cpu_ms_per_request"] is None else r["cpu_ms_per_request"]
+        lines.append(
+            f"| {r['phase']} | {r['requests']} | {r['seconds']} | {r['server_cpu_s']} |"
+            f" {database} | {r['bench_cpu_s']} | {r['machine_cpu_s']} | {per_request} |"
+        )
+    return "\n".join(lines)
+
+
+def replica_rows(
+    cluster: Cluster,
+    answers: Answers,
+    roles: tuple[dict[int, str], dict[int, str]],
+    peaks: dict[int, float],
+    cpu: dict[int, float],
+) -> list[dict[str, Any]]:
+    rows = []
+    for replica in cluster.replicas:
+        statuses: Counter[str] = Counter()
+        for (number, _, status), count in answers.items():
+            if number == replica.number:
+                statuses[status] += count
+        at_start, at_end = roles[0].get(replica.number), roles[1].get(replica.number)
+        rows.append(
+            {
+                "replica": replica.number,
+                "port": replica.port,
+                "indexer": at_end if at_start == at_end else f"{at_start} -> {at_end}",
+                "requests": sum(statuses.values()),
+                "non_2xx": sum(n for status, n in statuses.items() if not _ok(status)),
+                "statuses": dict(sorted(statuses.items())),
+                "peak_rss_mb": round(peaks.get(replica.number, 0.0), 1),
+                "cpu_s": round(cpu.get(replica.number, 0.0), 1),
+                "log_lines": len(replica.log_lines),
+            }
+        )
+    return rows
+
+
+def render_replicas(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| replica | port | indexer | requests | non-2xx | answers | peak RSS MB"
+        " | CPU s since start | log lines |",
+        "|" + " --- |" * 9,
+    ]
+    for r in rows:
+        statuses = ", ".join(f"{status}: {n}" for status, n in r["statuses"].items())
+        lines.append(
+            f"| {r['replica']} | {r['port']} | {r['indexer']} | {r['requests']} |"
+            f" {r['non_2xx']} | {statuses} | {r['peak_rss_mb']} | {r['cpu_s']} |"
+            f" {r['log_lines']} |"
+        )
+    return "\n".join(lines)
+
+
+def _ok(status: str) -> bool:
+    return status.isdigit() and 200 <= int(status) < 300
+
+
+def failures(answers: Answers) -> list[dict[str, Any]]:
+    """Every answer that was not 2xx (or no answer: a transport error), by replica."""
+    return [
+        {"replica": number, "operation": operation, "status": status, "count": count}
+        for (number, operation, status), count in sorted(answers.items())
+        if not _ok(status)
+    ]
+
+
+def what_broke(
+    cluster: Cluster,
+    answers: Answers,
+    roles: dict[int, str],
+    lag_after_wait: int | None,
+) -> list[str]:
+    """What went wrong, in words: answers other than 2xx, the indexer on other than exactly
+    one replica, an index that did not catch up, anything a replica logged."""
+    broke = [
+        f"replica {f['replica']}: {f['operation']} answered {f['status']} x{f['count']}"
+        for f in failures(answers)
+    ]
+    if roles and list(roles.values()).count("active") != 1:
+        broke.append(f"indexer roles at the start were {roles}, not exactly one active")
+    if lag_after_wait != 0:
+        broke.append(f"the index did not catch up: lag {lag_after_wait} at the end")
+    for replica in cluster.replicas:
+        if replica.log_lines:
+            broke.append(
+                f"replica {replica.number} logged {len(replica.log_lines)} lines; the last:"
+                f" {replica.log_lines[-1][:200]}"
+            )
+    return broke
+
+
+def render_broke(broke: list[str]) -> str:
+    if not broke:
+        return "\n\nWhat broke: nothing (every request answered 2xx, nothing logged)."
+    return "\n\nWhat broke:\n\n" + "\n".join(f"- {line}" for line in broke)
+
+
+def run_turns(args: argparse.Namespace, argv: list[str] | None) -> int:
+    answers: Answers = Counter()
+    with (
+        sigterm_unwinds(),
+        Cluster(
+            args.replicas, args.database, args.model, args.pg_admin_url, args.keep_data
+        ) as cluster,
+    ):
+        roles_at_start = cluster.settle_roles()
+        agent_key = cluster.make_key(f"agent:{AGENT}")
+        staff_key = cluster.make_key("staff")
+        meter = CpuMeter(cluster)
+        postgres = cluster.database is not None
+        with Watcher(cluster, meter) as watcher:
+            before = Usage.now(meter)
+            store, context, seconds = asyncio.run(drive(cluster, agent_key, answers, args))
+            ingested = Usage.now(meter)
+            lag_at_end = cluster.index_lag()
+            catch_up_s = cluster.wait_for_index()
+            indexed = Usage.now(meter)
+            lag_after_wait = cluster.index_lag()
+            search = asyncio.run(
+                staff_searches(cluster, staff_key, answers, args.searches, args.seed)
+            )
+            searched = Usage.now(meter)
+            search_seconds = sum(search.ms) / 1000
+        roles_at_end = cluster.roles()
+        indexer_per_s = cluster.indexer_rate()
+        cpu_by_replica = {r.number: _cpu_s(r.pid) for r in cluster.replicas}
+
+    ingest_requests = len(store.ms) + len(context.ms)
+    cost = [
+        cost_row("ingest: store + context", ingest_requests, before, ingested, postgres),
+        cost_row("index catch-up after ingest", 0, ingested, indexed, postgres),
+        cost_row("staff search", len(search.ms), indexed, searched, postgres),
+    ]
+    indexed_cost = cost_row("ingest, indexed", ingest_requests, before, indexed, postgres)
+    replicas = replica_rows(
+        cluster,
+        answers,
+        (roles_at_start, roles_at_end),
+        watcher.peak_rss_by_replica,
+        cpu_by_replica,
+    )
+    broke = what_broke(cluster, answers, roles_at_start, lag_after_wait)
+    hashing = args.model.startswith("hash:")
+    raw_per_s = 0.0 if hashing else raw_rate(args.model, sample_texts(1000, args.seed))
+    rows = [store.row(seconds), context.row(seconds), search.row(search_seconds)]
+    result = {
+        "command": "benchmarks/bench_load.py " + " ".join(argv or sys.argv[1:]),
+        "model": args.model,
+        "database": cluster.engine,
+        "database_name": cluster.database.name if cluster.database else None,
+        "replicas": args.replicas,
+        "balancing": "round-robin per request over every replica",
+        "people": args.people,
+        "turns": args.turns,
+        "clients": args.clients,
+        "seconds": round(seconds, 1),
+        "index_lag_at_end_of_ingest": lag_at_end,
+        "index_catch_up_s": round(catch_up_s, 1),
+        "index_lag_over_time": watcher.lag,
+        "peak_rss_mb": round(watcher.peak_rss_mb, 1),
+        "indexer_embed_per_s": round(indexer_per_s, 1),
+        "raw_encode_per_s": round(raw_per_s, 1),
+        "indexer_to_raw_ratio": round(indexer_per_s / raw_per_s, 3) if raw_per_s else None,
+        "cpu_ms_per_ingest_request": cost[0]["cpu_ms_per_request"],
+        "cpu_ms_per_ingest_request_indexed": indexed_cost["cpu_ms_per_request"],
+        "cpus": os.cpu_count(),
+        "load_average_at_end": [round(n, 2) for n in os.getloadavg()],
+        "results": rows,
+        "cost": cost,
+        "replica_results": replicas,
+        "failures": failures(answers),
+        "broke": broke,
+    }
+    engine = "PostgreSQL" if postgres else "SQLite"
+    servers = f"{args.replicas} replica{'s' if args.replicas > 1 else ''} on {engine}"
+    table = (
+        render(rows)
+        + f"\n\n{args.people} people x {args.turns} turns, {args.clients} clients, {servers},"
+        f" {seconds:.1f} s; index lag at the end of ingest {lag_at_end}, caught up"
+        f" {catch_up_s:.0f} s later; peak server memory {watcher.peak_rss_mb:.0f} MB"
+        f"{' (all replicas)' if args.replicas > 1 else ''}; indexer {indexer_per_s:.0f}"
+        f" texts/s vs raw encode {raw_per_s:.0f} texts/s"
+        f" (ratio {result['indexer_to_raw_ratio']}).\n\n"
+        + render_cost(cost)
+        + f"\n\nIngest costs {cost[0]['cpu_ms_per_request']} CPU ms per request"
+        f" ({indexed_cost['cpu_ms_per_request']} with the index catch-up after it), counting"
+        f" {'every replica' if args.replicas > 1 else 'the server'}"
+        f"{' and the database' if postgres else ''}.\n\n"
+        + render_replicas(replicas)
+        + render_broke(broke)
+    )
+    write_out(args.out, "bench_load", result, table)
+    return 0
+
+
+def _cpu_s(pid: int) -> float:
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        times = psutil.Process(pid).cpu_times()
+        return float(times.user + times.system)
+    return 0.0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--people", type=int, default=1000)
@@ -448,8 +1051,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--model", default=DEFAULT_MODEL, help="MEMORY_EMBEDDING_MODEL (hash:64: no model)"
     )
+    parser.add_argument(
+        "--database",
+        choices=("sqlite", "postgresql"),
+        default="sqlite",
+        help="sqlite: the embedded default; postgresql: a fresh database on --pg-admin-url's"
+        " server, dropped at the end",
+    )
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="server processes on one database and one vector folder; the clients' requests"
+        " go to them in turn",
+    )
+    parser.add_argument(
+        "--pg-admin-url",
+        default=PG_ADMIN_URL,
+        help="a database on the PostgreSQL server where the run's database is made",
+    )
     parser.add_argument("--out", type=Path, help="folder for bench_load.json and bench_load.md")
-    parser.add_argument("--keep-data", action="store_true", help="keep the server's data folder")
+    parser.add_argument(
+        "--keep-data",
+        action="store_true",
+        help="keep the servers' data folder (and the PostgreSQL database)",
+    )
     parser.add_argument(
         "--soak-memories",
         type=float,
@@ -458,62 +1084,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--sample-s", type=float, default=30.0, help="soak: seconds per sample")
     args = parser.parse_args(argv)
+    if args.replicas < 1:
+        parser.error("--replicas must be at least 1")
     if args.soak_memories:
+        if args.replicas != 1:
+            parser.error("--soak-memories samples one server: --replicas 1")
         return run_soak(args, argv)
-
-    data_dir = Path(tempfile.mkdtemp(prefix="bench-load-"))
-    port = free_port()
-    server = start_server(data_dir, port, {"MEMORY_EMBEDDING_MODEL": args.model})
-    try:
-        base = f"http://127.0.0.1:{port}"
-        admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
-        made = httpx.post(f"{base}/v1/keys", json={"scope": f"agent:{AGENT}"}, headers=admin)
-        staff = httpx.post(f"{base}/v1/keys", json={"scope": "staff"}, headers=admin)
-        with Watcher(base, server.pid) as watcher:
-            store, context, seconds = asyncio.run(
-                drive(base, made.json()["key"], args.people, args.turns, args.clients, args.seed)
-            )
-            health = httpx.get(f"{base}/health").json()
-            catch_up_s = wait_for_index(base)
-            search = asyncio.run(
-                staff_searches(base, staff.json()["key"], args.searches, args.seed)
-            )
-            search_seconds = sum(search.ms) / 1000
-        indexer_per_s = indexer_rate(base)
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        if not args.keep_data:
-            shutil.rmtree(data_dir, ignore_errors=True)
-
-    hashing = args.model.startswith("hash:")
-    raw_per_s = 0.0 if hashing else raw_rate(sample_texts(1000, args.seed))
-    rows = [store.row(seconds), context.row(seconds), search.row(search_seconds)]
-    result = {
-        "command": "benchmarks/bench_load.py " + " ".join(argv or sys.argv[1:]),
-        "people": args.people,
-        "turns": args.turns,
-        "clients": args.clients,
-        "seconds": round(seconds, 1),
-        "index_lag_at_end_of_ingest": health["index_lag"],
-        "index_catch_up_s": round(catch_up_s, 1),
-        "index_lag_over_time": watcher.lag,
-        "peak_rss_mb": round(watcher.peak_rss_mb, 1),
-        "indexer_embed_per_s": round(indexer_per_s, 1),
-        "raw_encode_per_s": round(raw_per_s, 1),
-        "indexer_to_raw_ratio": round(indexer_per_s / raw_per_s, 3) if raw_per_s else None,
-        "cpus": os.cpu_count(),
-        "results": rows,
-    }
-    table = render(rows) + (
-        f"\n\n{args.people} people x {args.turns} turns, {args.clients} clients, {seconds:.1f} s;"
-        f" index lag at the end of ingest {health['index_lag']}, caught up {catch_up_s:.0f} s"
-        f" later; peak server memory {watcher.peak_rss_mb:.0f} MB; indexer"
-        f" {indexer_per_s:.0f} texts/s vs raw encode {raw_per_s:.0f} texts/s"
-        f" (ratio {result['indexer_to_raw_ratio']})."
-    )
-    write_out(args.out, "bench_load", result, table)
-    return 0
+    return run_turns(args, argv)
 
 
 def write_out(out: Path | None, stem: str, result: dict[str, Any], table: str) -> None:
@@ -526,4 +1103,8 @@ def write_out(out: Path | None, stem: str, result: dict[str, Any], table: str) -
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt:
+        print("interrupted: the replicas are stopped and their data removed", file=sys.stderr)
+        raise SystemExit(130) from None
