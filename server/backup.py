@@ -14,15 +14,15 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
 
-import lancedb
-
 from embeddings.index import quote, table_names
+from embeddings.location import LanceLocation
 from server import pgdump
 from server.clock import format_time, utc_now
 from server.config import Settings
 from server.serving import no_server
 from server.store import MIGRATIONS as SQLITE_MIGRATIONS
 from server.store import POSTGRES_MIGRATIONS, Store, pg_backup
+from server.vectors import lance_location
 
 MANIFEST = "backup.json"
 # The database copy in a backup folder, by the engine it came from.
@@ -53,7 +53,6 @@ def backup(settings: Settings, dest: Path) -> BackupReport:
     started = time.perf_counter()
     engine = _engine(settings)
     with _reported():
-        _refuse_remote_vectors(settings)
         if dest.exists() and any(dest.iterdir()):
             raise BackupError(f"{dest} is not empty")
         if engine == "postgresql":
@@ -64,9 +63,10 @@ def backup(settings: Settings, dest: Path) -> BackupReport:
         copy_database = _dump_postgres if engine == "postgresql" else _copy_sqlite
         try:
             (dest / "lance").mkdir(parents=True, exist_ok=True)
+            vectors = lance_location(settings, None)
             tables = {
-                name: _copy_table(settings.lance_path, dest / "lance", name)
-                for name in table_names(settings.lance_path)
+                name: _copy_table(vectors, LanceLocation(str(dest / "lance")), name)
+                for name in table_names(vectors)
             }
             messages, memories, version = copy_database(settings, dest / COPIES[engine])
         except BaseException:
@@ -101,10 +101,8 @@ def restore(settings: Settings, src: Path) -> BackupReport:
             f" ({len(MIGRATIONS[engine])}): restore it with the version that made it"
         )
     restore_database = _restore_postgres if engine == "postgresql" else _restore_sqlite
-    with _reported():
-        _refuse_remote_vectors(settings)
-        with no_server(settings.data_dir):
-            return restore_database(settings, src)
+    with _reported(), no_server(settings.data_dir):
+        return restore_database(settings, src)
 
 
 def _restore_sqlite(settings: Settings, src: Path) -> BackupReport:
@@ -149,9 +147,10 @@ def _reconcile(settings: Settings, src: Path, started: float) -> BackupReport:
     store = Store.open(settings)  # (migrates a backup made by an older version)
     try:
         sources = _source_ids(store)
-        db = lancedb.connect(str(settings.lance_path))
+        vectors = lance_location(settings, None)
+        db = vectors.connect()
         tables: dict[str, int] = {}
-        for name in table_names(settings.lance_path):
+        for name in table_names(vectors):
             table = db.open_table(name)
             ids = table.to_lance().to_table(columns=["id"]).column("id").to_pylist()
             orphans = [i for i in ids if i not in sources]
@@ -200,13 +199,13 @@ def _dump_postgres(settings: Settings, file: Path) -> tuple[int, int, int]:
     return snapshot.messages, snapshot.memories, snapshot.schema_version
 
 
-def _copy_table(source: Path, dest: Path, name: str) -> int:
+def _copy_table(source: LanceLocation, dest: LanceLocation, name: str) -> int:
     """Copy one table as of its current version (Lance versions are immutable)."""
     for attempt in range(3):
         try:
-            table = lancedb.connect(str(source)).open_table(name)
+            table = source.connect().open_table(name)
             data = table.to_lance().to_table()  # the version opened: later writes are not seen
-            lancedb.connect(str(dest)).create_table(name, data, mode="overwrite")
+            dest.connect().create_table(name, data, mode="overwrite")
             return int(data.num_rows)
         except (OSError, RuntimeError, ValueError):
             if attempt == 2:
@@ -216,8 +215,19 @@ def _copy_table(source: Path, dest: Path, name: str) -> int:
 
 
 def _replace_vectors(settings: Settings, src: Path) -> None:
-    shutil.rmtree(settings.lance_path, ignore_errors=True)
-    shutil.copytree(src / "lance", settings.lance_path)
+    """The store's tables become the backup's: a folder is replaced; in a bucket every table
+    is dropped, then the backup's are written."""
+    vectors = lance_location(settings, None)
+    if vectors.local is not None:
+        shutil.rmtree(vectors.local, ignore_errors=True)
+        shutil.copytree(src / "lance", vectors.local)
+        return
+    db = vectors.connect()
+    for name in table_names(vectors):
+        db.drop_table(name)
+    copy = LanceLocation(str(src / "lance"))
+    for name in table_names(copy):
+        _copy_table(copy, vectors, name)
 
 
 def _source_ids(store: Store) -> set[str]:
@@ -251,14 +261,6 @@ def _engine(settings: Settings) -> str:
 def _url(settings: Settings) -> str:
     assert settings.database_url
     return settings.database_url
-
-
-def _refuse_remote_vectors(settings: Settings) -> None:
-    if settings.lance_remote:
-        raise BackupError(
-            "MEMORY_LANCE_URI names an object store: backup and restore copy a local vector"
-            " folder only"
-        )
 
 
 def _refuse_newer_schema(url: str) -> None:

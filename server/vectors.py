@@ -10,10 +10,14 @@ from server.store import Store
 WRITE_LEASE = "lance-write"
 
 
-def lance_location(settings: Settings, store: Store) -> LanceLocation:
+def lance_location(settings: Settings, store: Store | None) -> LanceLocation:
+    """With no store, no lock shared with other processes: for a backup's reads, or a restore,
+    which runs with every server stopped."""
     if not settings.lance_remote:
         return LanceLocation(str(settings.lance_path))
     assert settings.lance_uri is not None
+    if store is None:
+        return LanceLocation(settings.lance_uri, settings.lance_storage_options)
     return LanceLocation(
         settings.lance_uri,
         settings.lance_storage_options,

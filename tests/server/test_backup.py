@@ -25,6 +25,7 @@ from server.store import Store
 from tests.backends import execute, on_postgres, query, set_data_env
 from tests.conftest import ADMIN_KEY, AGENT, PHONE, Api, admin, make_settings
 from tests.fakes import fake_factory
+from tests.s3 import S3Server
 
 TABLES = ("messages", "summaries", "memories", "memory_history", "keys", "agent_settings")
 OTHER = "+15559990000"
@@ -356,3 +357,52 @@ def test_restoring_an_older_schema_drops_the_later_tables_and_migrates_again(
     capsys.readouterr()
     assert cli("restore", str(tmp_path / "bk")) == 2
     assert "newer than this memory-server's" in capsys.readouterr().err
+
+
+def test_backup_and_restore_of_vectors_in_a_bucket(
+    api_factory: Any,
+    s3: S3Server,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """MEMORY_LANCE_URI=s3://...: backup copies the bucket's tables into the backup folder,
+    restore writes them back into the bucket (the tables there dropped first)."""
+    uri = s3.new_uri()
+    shared = {"lance_uri": uri, "lance_storage_options": s3.options}
+    api: Api = api_factory(**shared)
+    for i in range(6):
+        api.post_turn(f"turn {i} about the red kayak")
+    api.post_turn("someone else entirely", phone=OTHER)
+    api.index()
+    set_data_env(monkeypatch, api.services.settings.data_dir)
+    for name, value in s3.env(uri).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "fake-hash")
+    assert cli("backup", str(tmp_path / "bk"), "--json") == 0
+    report = json.loads(capsys.readouterr().out)
+    table = api.services.indexer.space.index.name
+    assert report["tables"] == {table: 7}
+    dim = api.services.indexer.space.index.dim
+    assert VectorIndex(tmp_path / "bk" / "lance", "fake-hash", dim).count() == 7  # a local copy
+
+    # After the backup: a person forgotten, their vectors purged from the bucket.
+    api.client.delete(f"/v1/agents/{AGENT}/people/{PHONE}", headers=admin())
+    assert s3.holding(uri, b"red kayak") == []
+
+    restored = tmp_path / "restored"  # a fresh data folder (and database), the same bucket
+    set_data_env(monkeypatch, restored)
+    assert cli("restore", str(tmp_path / "bk"), "--json") == 0
+    assert json.loads(capsys.readouterr().out)["tables"] == {table: 7}
+    assert s3.holding(uri, b"red kayak")
+    app = create_app(
+        make_settings(restored, **shared), encoder_factory=fake_factory, run_workers=False
+    )
+    with TestClient(app) as client:
+        services = client.app.state.services  # type: ignore[attr-defined]
+        services.indexer.drain()
+        assert len(services.indexer.space.index.all_ids()) == 7
+        found = client.post(
+            "/v1/search", json={"query": "kayak", "mode": "keyword"}, headers=admin()
+        ).json()["items"]
+        assert len(found) == 6 and all("red kayak" in item["text"] for item in found)
