@@ -118,6 +118,11 @@ class ContextOut(BaseModel):
     excerpts: list[ExcerptOut]
     summary: str | None
     days_since_last: int | None
+    opted_out_at: str | None = Field(
+        None,
+        description="When the person opted out (STOP), until their next message; null when "
+        "not opted out. Send them no proactive message while it is set.",
+    )
 
 
 # -- export and erasure -------------------------------------------------------------------------
@@ -218,6 +223,9 @@ class ExportOut(BaseModel):
     messages: list[MessageOut]
     summary: SummaryOut | None
     memories: list[ExportedMemory]
+    opted_out_at: str | None = Field(
+        None, description="When the person opted out (STOP), null when not opted out."
+    )
 
 
 class DeletedCounts(BaseModel):
@@ -229,6 +237,20 @@ class DeletedCounts(BaseModel):
 
 class ForgetOut(BaseModel):
     deleted: DeletedCounts
+
+
+class OptOutOut(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"opted_out_at": "2026-03-01T09:00:00.000Z", "policy": "keep"}]
+        }
+    )
+
+    opted_out_at: str
+    policy: Literal["keep", "forget"] = Field(
+        description="keep: the memory stays and the opt-out is recorded; forget: the person was"
+        " forgotten as by DELETE (nothing of theirs is kept, not even the opt-out)."
+    )
 
 
 # -- keys ---------------------------------------------------------------------------------------
@@ -334,6 +356,16 @@ class AgentSettingsIn(Strict):
     excerpt_mode: Literal["semantic", "keyword", "hybrid"] | None = None
     compact_trigger: int | None = Field(None, ge=1, le=100_000)
     compact_keep: int | None = Field(None, ge=0, le=100_000)
+    opt_out_policy: Literal["keep", "forget"] | None = Field(
+        None, description="What an opt-out (STOP) does: keep the memory, or forget the person."
+    )
+    retention_days: int | None = Field(
+        None,
+        ge=1,
+        le=100_000,
+        description="Forget people whose newest turn is older than this many days; null: keep"
+        " forever (an explicit null clears a previous value).",
+    )
 
 
 class AgentSettingsOut(BaseModel):
@@ -350,6 +382,8 @@ class AgentSettingsOut(BaseModel):
                     "excerpt_mode": "keyword",
                     "compact_trigger": 40,
                     "compact_keep": 20,
+                    "opt_out_policy": "keep",
+                    "retention_days": 365,
                 }
             ]
         }
@@ -364,6 +398,10 @@ class AgentSettingsOut(BaseModel):
     excerpt_mode: str
     compact_trigger: int
     compact_keep: int
+    opt_out_policy: Literal["keep", "forget"] = "keep"
+    retention_days: int | None = Field(
+        None, description="Days a quiet person's data is kept; null: forever."
+    )
 
 
 class CompactOut(BaseModel):
