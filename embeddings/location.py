@@ -15,8 +15,6 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-import lancedb
-
 TABLE_PREFIX = "memory_"
 
 
@@ -99,6 +97,9 @@ class LanceLocation:
         return self.lock() if self.lock is not None else None
 
     def connect(self, **kwargs: Any) -> Any:
+        # Imported here: the commands that open no vector table (--help, keys) stay quick.
+        import lancedb
+
         if self.local is not None:
             self.local.mkdir(parents=True, exist_ok=True)
             return lancedb.connect(str(self.local), **kwargs)
