@@ -1,0 +1,640 @@
+"""The typed HTTP client of the memory server, sync and async, on the server's own models.
+
+    from server.client import MemoryClient
+
+    with MemoryClient() as memory:  # MEMORY_URL (default http://127.0.0.1:8080), MEMORY_API_KEY
+        memory.remember("support-bot", "+15551234567", "user", "Hi!", event_id="evt-1")
+        context = memory.context("support-bot", "+15551234567")  # a ContextOut
+
+Every endpoint is described once, as a `_Call` (method, path, query, JSON body, how to read the
+answer, idempotent or not) made by a function below. Request bodies are checked against the
+server's request models and answers are validated with its response models (server/schemas.py),
+so the two cannot drift. `MemoryClient` and `AsyncMemoryClient` differ only in how they send a
+request and how they sleep between attempts; an async method returns an awaitable.
+
+Errors: every failure raises `MemoryServerError(status, code, message)`.
+- A non-2xx answer: the server's status, code and message from its error shape; code
+  `http_error` when the body is not that shape (a proxy's page), the health check's status
+  (`starting`) for /health while the server starts.
+- No answer after the retries: status 0, code `unreachable` (connection refused or reset, no
+  such host) or `timeout`.
+- A 2xx answer that does not fit its model: its status, code `invalid_answer`.
+
+Retries: idempotent calls (every GET, PUT and DELETE, the two searches, forget, opt-out, and
+remember with an event_id, which the server stores once) are retried up to `retries` times on
+503 and on connection errors and timeouts, after the answer's Retry-After (at most 30 s) or
+else backoff * 2**n seconds (at most 8 s). Other calls (remember without an event_id, creating
+a memory or a key, compaction, review) are sent once: a retry could do them twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import functools
+import os
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Generic, ParamSpec, Self, TypeVar, overload
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from server.schemas import (
+    AgentSettingsIn,
+    AgentSettingsOut,
+    AuditList,
+    CompactOut,
+    ContextOut,
+    EmbeddingOut,
+    ExportOut,
+    ForgetOut,
+    Health,
+    KeyCreate,
+    KeyCreated,
+    KeyList,
+    KeyRevoked,
+    MemoriesCleared,
+    MemoryCreate,
+    MemoryDeleted,
+    MemoryHistoryOut,
+    MemoryList,
+    MemoryOut,
+    MemorySearch,
+    MemorySearchOut,
+    MemoryUpdate,
+    MemoryWithEmbedding,
+    MessageCreate,
+    MessagePage,
+    MessageStored,
+    StaffSearchIn,
+    StaffSearchOut,
+)
+
+__all__ = ["AsyncMemoryClient", "MemoryClient", "MemoryServerError"]
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+MAX_BACKOFF_S = 8.0
+MAX_RETRY_AFTER_S = 30.0
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+P = ParamSpec("P")
+
+
+class MemoryServerError(Exception):
+    """Any failure of a call: `status` (0 when no answer came), `code` and `message`."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(status, code, message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.code}: {self.message}"
+
+
+# -- one call, described once ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Call(Generic[T]):
+    method: str
+    path: str
+    read: Callable[[httpx.Response], T]
+    params: dict[str, Any] = field(default_factory=dict)
+    body: dict[str, Any] | None = None
+    idempotent: bool = False
+
+
+def _json(model: type[M]) -> Callable[[httpx.Response], M]:
+    return lambda response: model.model_validate(response.json())
+
+
+def _text(response: httpx.Response) -> str:
+    return response.text
+
+
+def _segment(value: str) -> str:
+    """A path segment, URL-encoded: a phone's `+` travels as %2B."""
+    return quote(str(value), safe="")
+
+
+def _person(agent: str, phone: str) -> str:
+    return f"/v1/agents/{_segment(agent)}/people/{_segment(phone)}"
+
+
+def _memories(agent: str, memory_id: str | None = None) -> str:
+    path = f"/v1/agents/{_segment(agent)}/memories"
+    return f"{path}/{_segment(memory_id)}" if memory_id is not None else path
+
+
+def _given(**values: Any) -> dict[str, Any]:
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def _body(model: type[BaseModel], values: dict[str, Any]) -> dict[str, Any]:
+    """The JSON body as the server's request model writes it. A body the model refuses is sent
+    as it is: the server refuses it the same way and its error (status, code, message) is the
+    one the caller gets, as with any other client."""
+    try:
+        return model.model_validate(values).model_dump(mode="json", exclude_unset=True)
+    except ValidationError:
+        return values
+
+
+# -- the endpoints -----------------------------------------------------------------------------
+
+
+def _remember(
+    agent: str,
+    phone: str,
+    role: str,
+    content: str,
+    event_id: str | None = None,
+    *,
+    number: str | None = None,
+    created_at: str | None = None,
+) -> _Call[MessageStored]:
+    """Store one turn (role "user" or "assistant"). With an event_id the same event again
+    stores nothing (`stored` false), so this call is retried only when it has one."""
+    values = _given(
+        role=role, content=content, event_id=event_id, number=number, created_at=created_at
+    )
+    return _Call(
+        "POST",
+        _person(agent, phone) + "/messages",
+        _json(MessageStored),
+        body=_body(MessageCreate, values),
+        idempotent=event_id is not None,
+    )
+
+
+def _context(
+    agent: str,
+    phone: str,
+    query: str | None = None,
+    *,
+    budget_chars: int | None = None,
+    max_messages: int | None = None,
+    k: int | None = None,
+    threshold: float | None = None,
+    excerpt_k: int | None = None,
+    excerpt_threshold: float | None = None,
+    excerpt_mode: str | None = None,
+) -> _Call[ContextOut]:
+    """The context for the next model call: `notes` for its instructions, `history` as input."""
+    params = _given(
+        query=query,
+        budget_chars=budget_chars,
+        max_messages=max_messages,
+        k=k,
+        threshold=threshold,
+        excerpt_k=excerpt_k,
+        excerpt_threshold=excerpt_threshold,
+        excerpt_mode=excerpt_mode,
+    )
+    return _Call(
+        "GET", _person(agent, phone) + "/context", _json(ContextOut), params, idempotent=True
+    )
+
+
+def _messages(
+    agent: str,
+    phone: str,
+    *,
+    limit: int | None = None,
+    before_id: int | None = None,
+    after_id: int | None = None,
+) -> _Call[MessagePage]:
+    """Recent and archived turns, newest first, a page at a time."""
+    params = _given(limit=limit, before_id=before_id, after_id=after_id)
+    return _Call(
+        "GET", _person(agent, phone) + "/messages", _json(MessagePage), params, idempotent=True
+    )
+
+
+def _export(agent: str, phone: str) -> _Call[ExportOut]:
+    """Everything stored about the person for this agent."""
+    return _Call("GET", _person(agent, phone) + "/export", _json(ExportOut), idempotent=True)
+
+
+def _forget(agent: str, phone: str) -> _Call[ForgetOut]:
+    """Erase the person: turns, summary, memories and their history, vectors."""
+    return _Call("DELETE", _person(agent, phone), _json(ForgetOut), idempotent=True)
+
+
+def _compact(agent: str, phone: str) -> _Call[CompactOut]:
+    """Archive all but the newest turns now (summary and facts with a model)."""
+    return _Call("POST", _person(agent, phone) + "/compact", _json(CompactOut))
+
+
+def _add_memory(
+    agent: str, content: str, phone: str | None = None, type: str = "fact", **fields: Any
+) -> _Call[MemoryOut]:
+    """Add a memory (fields: confidence, metadata, session_id, task_id, graph_id); it is
+    searchable when the call returns. Not retried: a retry could add it twice."""
+    values = {"content": content, "type": type, **_given(phone=phone), **fields}
+    return _Call("POST", _memories(agent), _json(MemoryOut), body=_body(MemoryCreate, values))
+
+
+def _get_memory(
+    agent: str, memory_id: str, *, include_embedding: bool = False
+) -> _Call[MemoryWithEmbedding]:
+    """One memory; with include_embedding also its vector (None until it is indexed)."""
+    params = {"include_embedding": "true"} if include_embedding else {}
+    read = _json(MemoryWithEmbedding)
+    return _Call("GET", _memories(agent, memory_id), read, params, idempotent=True)
+
+
+def _list_memories(agent: str, **filters: Any) -> _Call[MemoryList]:
+    """Memories of the agent; filters: phone, status, type, session_id, task_id, graph_id,
+    start_date, end_date, limit, offset, order_by, order, as_of."""
+    return _Call("GET", _memories(agent), _json(MemoryList), _given(**filters), idempotent=True)
+
+
+def _update_memory(
+    agent: str,
+    memory_id: str,
+    *,
+    content: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    type: str | None = None,
+) -> _Call[MemoryOut]:
+    """Change content (re-embedded before the answer), metadata or type."""
+    values = _given(content=content, metadata=metadata, type=type)
+    body = _body(MemoryUpdate, values)
+    return _Call("PATCH", _memories(agent, memory_id), _json(MemoryOut), body=body)
+
+
+def _delete_memory(agent: str, memory_id: str) -> _Call[MemoryDeleted]:
+    return _Call("DELETE", _memories(agent, memory_id), _json(MemoryDeleted), idempotent=True)
+
+
+def _delete_memories(agent: str, phone: str | None = None) -> _Call[MemoriesCleared]:
+    """Delete every memory of the agent, or of one person."""
+    params = _given(phone=phone)
+    return _Call("DELETE", _memories(agent), _json(MemoriesCleared), params, idempotent=True)
+
+
+def _search_memories(
+    agent: str,
+    query: str,
+    phone: str | None = None,
+    *,
+    limit: int | None = None,
+    threshold: float | None = None,
+    **filters: Any,
+) -> _Call[MemorySearchOut]:
+    """Memories by meaning, words or both, best first; filters: mode, start_date, end_date,
+    status, type, session_id, task_id, graph_id, metadata."""
+    values = {"query": query, **_given(phone=phone, limit=limit, threshold=threshold), **filters}
+    body = _body(MemorySearch, values)
+    return _Call(
+        "POST", _memories(agent) + "/search", _json(MemorySearchOut), body=body, idempotent=True
+    )
+
+
+def _approve_memory(agent: str, memory_id: str) -> _Call[MemoryOut]:
+    """Approve a pending memory (admin)."""
+    return _Call("POST", _memories(agent, memory_id) + "/approve", _json(MemoryOut))
+
+
+def _reject_memory(agent: str, memory_id: str) -> _Call[MemoryOut]:
+    """Reject a memory (admin): it never reaches a context."""
+    return _Call("POST", _memories(agent, memory_id) + "/reject", _json(MemoryOut))
+
+
+def _memory_history(agent: str, memory_id: str) -> _Call[MemoryHistoryOut]:
+    """Every change of the memory, oldest first."""
+    path = _memories(agent, memory_id) + "/history"
+    return _Call("GET", path, _json(MemoryHistoryOut), idempotent=True)
+
+
+def _memory_embedding(agent: str, memory_id: str) -> _Call[EmbeddingOut]:
+    """Embed the memory again with the current model; the answer holds the vector."""
+    return _Call("POST", _memories(agent, memory_id) + "/embedding", _json(EmbeddingOut))
+
+
+def _staff_search(
+    query: str,
+    *,
+    agents: list[str] | None = None,
+    phone: str | None = None,
+    kinds: list[str] | None = None,
+    mode: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    limit: int | None = None,
+    threshold: float | None = None,
+    offset: int | None = None,
+    min_relevance: float | None = None,
+) -> _Call[StaffSearchOut]:
+    """Facts, turns and summaries across the agents the key may read (staff or admin)."""
+    values = _given(
+        query=query,
+        agents=agents,
+        phone=phone,
+        kinds=kinds,
+        mode=mode,
+        since=since,
+        until=until,
+        limit=limit,
+        threshold=threshold,
+        offset=offset,
+        min_relevance=min_relevance,
+    )
+    body = _body(StaffSearchIn, values)
+    return _Call("POST", "/v1/search", _json(StaffSearchOut), body=body, idempotent=True)
+
+
+def _audit(*, limit: int | None = None, before_id: int | None = None) -> _Call[AuditList]:
+    """The staff searches made, newest first (admin)."""
+    params = _given(limit=limit, before_id=before_id)
+    return _Call("GET", "/v1/audit", _json(AuditList), params, idempotent=True)
+
+
+def _create_key(scope: str, agents: list[str] | None = None) -> _Call[KeyCreated]:
+    """A new key (admin); its secret is in this answer only. Not retried."""
+    body = _body(KeyCreate, _given(scope=scope, agents=agents))
+    return _Call("POST", "/v1/keys", _json(KeyCreated), body=body)
+
+
+def _list_keys() -> _Call[KeyList]:
+    return _Call("GET", "/v1/keys", _json(KeyList), idempotent=True)
+
+
+def _revoke_key(key_id: str) -> _Call[KeyRevoked]:
+    return _Call("DELETE", f"/v1/keys/{_segment(key_id)}", _json(KeyRevoked), idempotent=True)
+
+
+def _get_settings(agent: str) -> _Call[AgentSettingsOut]:
+    """The agent's effective settings."""
+    path = f"/v1/agents/{_segment(agent)}/settings"
+    return _Call("GET", path, _json(AgentSettingsOut), idempotent=True)
+
+
+def _put_settings(agent: str, **changes: Any) -> _Call[AgentSettingsOut]:
+    """Override some of the agent's settings (admin); the others keep their value."""
+    path = f"/v1/agents/{_segment(agent)}/settings"
+    body = _body(AgentSettingsIn, changes)
+    return _Call("PUT", path, _json(AgentSettingsOut), body=body, idempotent=True)
+
+
+def _health() -> _Call[Health]:
+    """Liveness, model, index lag; retried while the server answers 503 starting."""
+    return _Call("GET", "/health", _json(Health), idempotent=True)
+
+
+def _metrics() -> _Call[str]:
+    """Prometheus text (admin or staff key)."""
+    return _Call("GET", "/metrics", _text, idempotent=True)
+
+
+# -- sending -----------------------------------------------------------------------------------
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header: a number of seconds or an HTTP date."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _error_of(response: httpx.Response) -> MemoryServerError:
+    status = response.status_code
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and isinstance(error.get("code"), str):
+            return MemoryServerError(status, error["code"], str(error.get("message", "")))
+        if isinstance(body.get("status"), str):  # /health while starting, or failed to start
+            state = body["status"]
+            detail = "; ".join(str(p) for p in body.get("problems") or []) or body.get("phase")
+            message = f"the server is {state}" + (f" ({detail})" if detail else "")
+            return MemoryServerError(status, state, message)
+    text = response.text.strip()[:500] or response.reason_phrase
+    return MemoryServerError(status, "http_error", text)
+
+
+def _no_answer(call: _Call[Any], url: str, error: httpx.TransportError) -> MemoryServerError:
+    code = "timeout" if isinstance(error, httpx.TimeoutException) else "unreachable"
+    detail = str(error) or type(error).__name__
+    return MemoryServerError(0, code, f"{call.method} {url}{call.path}: {detail}")
+
+
+class _Endpoint(Generic[P, T]):
+    """One endpoint on the clients: on MemoryClient a method answering T, on
+    AsyncMemoryClient a method answering an awaitable of T."""
+
+    def __init__(self, build: Callable[P, _Call[T]]) -> None:
+        self.build = build
+        self.__doc__ = build.__doc__
+
+    def __set_name__(self, owner: type[Any], name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, client: None, owner: type[Any]) -> Self: ...
+
+    @overload
+    def __get__(self, client: MemoryClient, owner: type[Any]) -> Callable[P, T]: ...
+
+    @overload
+    def __get__(
+        self, client: AsyncMemoryClient, owner: type[Any]
+    ) -> Callable[P, Coroutine[Any, Any, T]]: ...
+
+    def __get__(self, client: _Client | None, owner: type[Any]) -> Any:
+        if client is None:
+            return self
+        build, send = self.build, client._send
+
+        @functools.wraps(build)
+        def method(*args: P.args, **kwargs: P.kwargs) -> Any:
+            return send(build(*args, **kwargs))
+
+        method.__name__ = method.__qualname__ = self.name
+        return method
+
+
+class _Client:
+    """The surface of both clients, each endpoint described once."""
+
+    remember = _Endpoint(_remember)
+    context = _Endpoint(_context)
+    messages = _Endpoint(_messages)
+    export = _Endpoint(_export)
+    forget = _Endpoint(_forget)
+    compact = _Endpoint(_compact)
+    add_memory = _Endpoint(_add_memory)
+    get_memory = _Endpoint(_get_memory)
+    list_memories = _Endpoint(_list_memories)
+    update_memory = _Endpoint(_update_memory)
+    delete_memory = _Endpoint(_delete_memory)
+    delete_memories = _Endpoint(_delete_memories)
+    search_memories = _Endpoint(_search_memories)
+    approve_memory = _Endpoint(_approve_memory)
+    reject_memory = _Endpoint(_reject_memory)
+    memory_history = _Endpoint(_memory_history)
+    memory_embedding = _Endpoint(_memory_embedding)
+    staff_search = _Endpoint(_staff_search)
+    audit = _Endpoint(_audit)
+    create_key = _Endpoint(_create_key)
+    list_keys = _Endpoint(_list_keys)
+    revoke_key = _Endpoint(_revoke_key)
+    get_settings = _Endpoint(_get_settings)
+    put_settings = _Endpoint(_put_settings)
+    health = _Endpoint(_health)
+    metrics = _Endpoint(_metrics)
+
+    def __init__(
+        self, base_url: str | None, api_key: str | None, retries: int, backoff: float
+    ) -> None:
+        self.base_url = (base_url or os.environ.get("MEMORY_URL") or DEFAULT_URL).rstrip("/")
+        key = api_key if api_key is not None else os.environ.get("MEMORY_API_KEY")
+        self.headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.retries = retries
+        self.backoff = backoff
+
+    def _send(self, call: _Call[Any]) -> Any:
+        raise NotImplementedError
+
+    def _wait(
+        self, call: _Call[Any], attempt: int, outcome: httpx.Response | httpx.TransportError
+    ) -> float | None:
+        """Seconds to wait before trying again, or None when this outcome is the answer."""
+        if not call.idempotent or attempt >= self.retries:
+            return None
+        if isinstance(outcome, httpx.Response):
+            if outcome.status_code != 503:
+                return None
+            after = _retry_after(outcome.headers.get("retry-after"))
+            if after is not None:
+                return min(after, MAX_RETRY_AFTER_S)
+        return min(self.backoff * 2.0**attempt, MAX_BACKOFF_S)
+
+    def _answer(self, call: _Call[T], outcome: httpx.Response | httpx.TransportError) -> T:
+        if isinstance(outcome, httpx.TransportError):
+            raise _no_answer(call, self.base_url, outcome) from outcome
+        if not outcome.is_success:
+            raise _error_of(outcome)
+        try:
+            return call.read(outcome)
+        except ValueError as exc:  # not JSON, or not the model (ValidationError)
+            raise MemoryServerError(
+                outcome.status_code, "invalid_answer", f"{call.method} {call.path}: {exc}"
+            ) from exc
+
+    @staticmethod
+    def _request(call: _Call[Any]) -> dict[str, Any]:
+        return {"method": call.method, "url": call.path, "params": call.params, "json": call.body}
+
+
+class MemoryClient(_Client):
+    """The memory server over HTTP. `base_url` defaults to MEMORY_URL, else
+    http://127.0.0.1:8080; `api_key` to MEMORY_API_KEY. Every method raises MemoryServerError
+    on failure; see the module docstring for retries."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = 10.0,
+        retries: int = 3,
+        backoff: float = 0.25,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        super().__init__(base_url, api_key, retries, backoff)
+        self._http = httpx.Client(
+            base_url=self.base_url, headers=self.headers, timeout=timeout, transport=transport
+        )
+
+    def _send(self, call: _Call[T]) -> T:
+        request = self._http.build_request(**self._request(call))
+        attempt = 0
+        while True:
+            try:
+                outcome: httpx.Response | httpx.TransportError = self._http.send(request)
+            except httpx.TransportError as exc:
+                outcome = exc
+            wait = self._wait(call, attempt, outcome)
+            if wait is None:
+                return self._answer(call, outcome)
+            self._sleep(wait)
+            attempt += 1
+
+    def _sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+class AsyncMemoryClient(_Client):
+    """MemoryClient for asyncio: the same methods, each returning an awaitable."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = 10.0,
+        retries: int = 3,
+        backoff: float = 0.25,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        super().__init__(base_url, api_key, retries, backoff)
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url, headers=self.headers, timeout=timeout, transport=transport
+        )
+
+    async def _send(self, call: _Call[T]) -> T:
+        request = self._http.build_request(**self._request(call))
+        attempt = 0
+        while True:
+            try:
+                outcome: httpx.Response | httpx.TransportError = await self._http.send(request)
+            except httpx.TransportError as exc:
+                outcome = exc
+            wait = self._wait(call, attempt, outcome)
+            if wait is None:
+                return self._answer(call, outcome)
+            await self._sleep(wait)
+            attempt += 1
+
+    async def _sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
