@@ -70,6 +70,7 @@ from server.schemas import (
     MessageCreate,
     MessagePage,
     MessageStored,
+    OptOutOut,
     StaffSearchIn,
     StaffSearchOut,
 )
@@ -231,6 +232,18 @@ def _forget(agent: str, phone: str) -> _Call[ForgetOut]:
 def _compact(agent: str, phone: str) -> _Call[CompactOut]:
     """Archive all but the newest turns now (summary and facts with a model)."""
     return _Call("POST", _person(agent, phone) + "/compact", _json(CompactOut))
+
+
+def _opt_out(agent: str, phone: str) -> _Call[OptOutOut]:
+    """The person opted out (STOP). With the agent's opt_out_policy forget they are forgotten
+    as by forget(); with keep (the default) `opted_out_at` shows in their context and export
+    until their next user turn. Retried: a second opt-out changes nothing more."""
+    return _Call("POST", _person(agent, phone) + "/opt-out", _json(OptOutOut), idempotent=True)
+
+
+def _get_opt_out(agent: str, phone: str) -> _Call[OptOutOut]:
+    """When the person opted out, while they are; MemoryServerError 404 when they are not."""
+    return _Call("GET", _person(agent, phone) + "/opt-out", _json(OptOutOut), idempotent=True)
 
 
 def _add_memory(
@@ -484,6 +497,8 @@ class _Client:
     export = _Endpoint(_export)
     forget = _Endpoint(_forget)
     compact = _Endpoint(_compact)
+    opt_out = _Endpoint(_opt_out)
+    get_opt_out = _Endpoint(_get_opt_out)
     add_memory = _Endpoint(_add_memory)
     get_memory = _Endpoint(_get_memory)
     list_memories = _Endpoint(_list_memories)
