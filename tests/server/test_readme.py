@@ -316,6 +316,7 @@ def test_blocks_not_run_are_the_ones_that_cannot_be(blocks: list[Block]) -> None
     assert skipped == [
         "they set up .venv and serve, or run the whole suite",
         "the README's test starts the server itself, with this key",
+        "it needs a model (tests/server/test_example_agent.py runs it with a fake one)",
         "they start the server with a model (the test's server has none)",
         "a synopsis (placeholders such as M and DIR; restore needs the server stopped)",
         "needs every replica stopped and a backup folder",
