@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from embeddings.calibration import Calibration, calibration_for
 from server.config import Settings
 from server.store import Store
 
+OptOutPolicy = Literal["keep", "forget"]
+
 
 @dataclass(frozen=True, slots=True)
 class AgentConfig:
-    """Retrieval, compaction and review settings of one agent."""
+    """Retrieval, compaction, review, opt-out and retention settings of one agent."""
 
     review: bool
     threshold: float
@@ -23,6 +25,8 @@ class AgentConfig:
     excerpt_mode: str
     compact_trigger: int
     compact_keep: int
+    opt_out_policy: OptOutPolicy  # what an opt-out (STOP) does
+    retention_days: int | None  # None: keep forever
 
 
 AGENT_SETTING_NAMES = tuple(AgentConfig.__dataclass_fields__)
@@ -58,6 +62,8 @@ class AgentSettings:
             "excerpt_mode": s.excerpt_mode,
             "compact_trigger": s.compact_trigger,
             "compact_keep": s.compact_keep,
+            "opt_out_policy": "keep",
+            "retention_days": None,  # an explicit null stored clears it back to forever
         }
         stored = self._store.agent_settings(agent)
         values.update({k: v for k, v in stored.items() if k in values and v is not None})

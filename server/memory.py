@@ -1,4 +1,5 @@
-"""The domain: remember turns, build a context, list, export and forget a person."""
+"""The domain: remember turns, build a context, list, export and forget a person, and
+record their opt-out (STOP)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ from typing import Any
 from embeddings.calibration import calibration_for
 from embeddings.encoder import Vectors
 from embeddings.index import quote
-from server.agent_settings import AgentConfig, AgentSettings
+from server.agent_settings import AgentConfig, AgentSettings, OptOutPolicy
 from server.clock import Clock, format_time, parse_time, utc_now
 from server.compaction import Compacted, Compaction
 from server.config import Settings
 from server.indexer import Indexer
 from server.locks import KeyedLocks
-from server.store import Memory, Message, PersonErasure, Store, Summary
+from server.store import Memory, Message, PersonErasure, StillActive, Store, Summary
 from server.validation import one_line
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,7 @@ class Context:
     summary: str | None
     days_since_last: int | None
     query: str | None = None
+    opted_out_at: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +81,13 @@ class PersonExport:
     summary: Summary | None
     memories: list[Memory]
     history: dict[str, list[Any]] = field(default_factory=dict)
+    opted_out_at: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OptedOut:
+    opted_out_at: str
+    policy: OptOutPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +142,8 @@ class MemoryService:
         number: str | None = None,
         created_at: str | None = None,
     ) -> tuple[int, bool]:
-        """Store one turn; (id, False) when the event_id was seen before."""
+        """Store one turn; (id, False) when the event_id was seen before. A new user turn
+        lifts the person's opt-out, unless it was made before the opt-out."""
         with self._people.hold((agent, phone)):
             message_id, stored = self._store.insert_message(
                 agent=agent,
@@ -144,10 +154,38 @@ class MemoryService:
                 number=number,
                 created_at=created_at,
             )
+            if stored and role == "user":
+                self._lift_opt_out(agent, phone, created_at or self.now())
         if stored:
             self._compaction.after_turn(agent, phone, role)
         self._indexer.wake()
         return message_id, stored
+
+    def _lift_opt_out(self, agent: str, phone: str, turn_time: str) -> None:
+        # A read first: most people never opted out, and a turn must not cost a write more.
+        opted = self._store.opted_out_at(agent, phone)
+        if opted is not None and turn_time >= opted:
+            self._store.clear_opt_out(agent, phone, through=turn_time)
+            log.info("a person of agent %s wrote again: their opt-out is lifted", agent)
+
+    # -- opt-out -----------------------------------------------------------------------------
+
+    def opt_out(self, agent: str, phone: str) -> OptedOut:
+        """The person opted out (STOP). Policy keep: recorded (the first time stays, so a
+        retried call answers the same), until their next user turn. Policy forget: the person
+        is forgotten as by forget_person, and nothing of theirs is kept, not even the opt-out."""
+        if self.agent_config(agent).opt_out_policy == "forget":
+            at = self.now()
+            self.forget_person(agent, phone)
+            log.info("a person of agent %s opted out and was forgotten", agent)
+            return OptedOut(opted_out_at=at, policy="forget")
+        with self._people.hold((agent, phone)):
+            at = self._store.record_opt_out(agent, phone)
+        log.info("a person of agent %s opted out", agent)
+        return OptedOut(opted_out_at=at, policy="keep")
+
+    def opted_out_at(self, agent: str, phone: str) -> str | None:
+        return self._store.opted_out_at(agent, phone)
 
     # -- compaction --------------------------------------------------------------------------
 
@@ -234,6 +272,7 @@ class MemoryService:
             summary=summary.text if summary else None,
             days_since_last=days,
             query=query,
+            opted_out_at=self._store.opted_out_at(agent, phone),
         )
 
     def search_facts(
@@ -347,15 +386,32 @@ class MemoryService:
             summary=self._store.summary(agent, phone),
             memories=memories,
             history=history,
+            opted_out_at=self._store.opted_out_at(agent, phone),
         )
 
     def forget_person(self, agent: str, phone: str) -> Forgotten:
         """Erase every trace of the person for this agent."""
+        forgotten = self._forget(agent, phone, None)
+        assert forgotten is not None  # (only a quiet person's forget may find them active)
+        return forgotten
+
+    def forget_quiet_person(self, agent: str, phone: str, before: str) -> Forgotten | None:
+        """forget_person, for the retention sweep: only if the person has no turn and no
+        opt-out made at or after `before`, checked in the erasure's own transaction (a turn
+        may arrive meanwhile); None, with nothing deleted, when they have."""
+        return self._forget(agent, phone, before)
+
+    def _forget(self, agent: str, phone: str, quiet_before: str | None) -> Forgotten | None:
         erased: list[PersonErasure] = []
+
+        def erase_rows() -> None:
+            erased.append(self._store.forget_person(agent, phone, quiet_before=quiet_before))
+
         with self._people.hold((agent, phone)):
-            vectors = self._indexer.forget(
-                agent, phone, lambda: erased.append(self._store.forget_person(agent, phone))
-            )
+            try:
+                vectors = self._indexer.forget(agent, phone, erase_rows)
+            except StillActive:
+                return None  # raised before any vector was touched
         # Outside every lock: the checkpoint may be held off by an outside reader, and nobody
         # else's turn or memory write may wait for that.
         self._store.checkpoint()

@@ -85,4 +85,5 @@ def build_context(
         ],
         summary=context.summary,
         days_since_last=context.days_since_last,
+        opted_out_at=context.opted_out_at,
     )

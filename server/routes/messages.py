@@ -1,4 +1,4 @@
-"""Turns of a conversation: store, list, export, and forget a person."""
+"""Turns of a conversation: store, list, export, and forget a person; their opt-out (STOP)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Response, status
 
 from server import validation
 from server.deps import AgentDep, PhoneDep, PrincipalDep, ServicesDep
-from server.errors import InvalidInput
+from server.errors import InvalidInput, NotFound
 from server.schemas import (
     CompactOut,
     DeletedCounts,
@@ -20,6 +20,7 @@ from server.schemas import (
     MessageOut,
     MessagePage,
     MessageStored,
+    OptOutOut,
     SummaryOut,
 )
 from server.store import Memory, Message
@@ -118,6 +119,7 @@ def export_person(
             )
             for m in found.memories
         ],
+        opted_out_at=found.opted_out_at,
     )
 
 
@@ -150,6 +152,37 @@ def forget_person(
             vectors=gone.vectors,
         )
     )
+
+
+@router.post("/opt-out", response_model=OptOutOut)
+def opt_out(
+    principal: PrincipalDep, agent: AgentDep, phone: PhoneDep, services: ServicesDep
+) -> OptOutOut:
+    """The person opted out (STOP), as the messaging provider reports it. With the agent's
+    opt_out_policy keep (the default) their memory stays and `opted_out_at` shows in the
+    context and the export until their next user turn; with forget they are forgotten as by
+    DELETE, and nothing of theirs is kept. Answers 200 for a person with no data too."""
+    principal.require_write(agent)
+    done = services.memory.opt_out(agent, phone)
+    return OptOutOut(opted_out_at=done.opted_out_at, policy=done.policy)
+
+
+@router.get(
+    "/opt-out",
+    response_model=OptOutOut,
+    responses={404: {"description": "The person has not opted out (or wrote again since)."}},
+)
+def read_opt_out(
+    principal: PrincipalDep, agent: AgentDep, phone: PhoneDep, services: ServicesDep
+) -> OptOutOut:
+    """When the person opted out, while they are opted out (the staff page's timeline shows
+    it); 404 when they are not."""
+    principal.require_read(agent)
+    at = services.memory.opted_out_at(agent, phone)
+    if at is None:
+        raise NotFound("this person has not opted out")
+    policy = services.memory.agent_config(agent).opt_out_policy
+    return OptOutOut(opted_out_at=at, policy=policy)
 
 
 def message_out(message: Message) -> MessageOut:

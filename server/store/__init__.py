@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING
 from server.clock import Clock, utc_now
 from server.store.audit import FORGOTTEN, AuditQueries
 from server.store.db import Database, SqliteDatabase, migrate
-from server.store.erasure import ErasureQueries
+from server.store.erasure import ErasureQueries, StillActive
 from server.store.keys import KeyQueries
 from server.store.leases import Lease
 from server.store.memories import MemoryQueries
 from server.store.messages import MessageQueries
+from server.store.optouts import OptOutQueries
 from server.store.outbox import OutboxQueries
 from server.store.records import (
     ApiKey,
@@ -27,6 +28,7 @@ from server.store.records import (
     PersonErasure,
     Summary,
 )
+from server.store.retention import ArchivedErasure, RetentionQueries
 from server.store.schema import POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS
 
 if TYPE_CHECKING:
@@ -39,6 +41,7 @@ __all__ = [
     "MIGRATIONS",
     "POSTGRES_MIGRATIONS",
     "ApiKey",
+    "ArchivedErasure",
     "AuditEntry",
     "HistoryEntry",
     "Memory",
@@ -46,12 +49,22 @@ __all__ = [
     "Message",
     "OutboxItem",
     "PersonErasure",
+    "StillActive",
     "Store",
     "Summary",
 ]
 
 
-class Store(MessageQueries, MemoryQueries, KeyQueries, AuditQueries, OutboxQueries, ErasureQueries):
+class Store(
+    MessageQueries,
+    MemoryQueries,
+    KeyQueries,
+    AuditQueries,
+    OutboxQueries,
+    ErasureQueries,
+    OptOutQueries,
+    RetentionQueries,
+):
     """Every query, on SQLite at `path` (WAL), or on PostgreSQL at `database_url`."""
 
     def __init__(

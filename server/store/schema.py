@@ -205,9 +205,20 @@ SQLITE_MIGRATIONS: list[str] = [
         PRIMARY KEY (agent, phone)
     );
     """,
+    """
+    -- People who opted out (STOP), until their next user turn; a forget deletes the row.
+    CREATE TABLE opt_outs (
+        agent TEXT NOT NULL,
+        phone TEXT NOT NULL,
+        opted_out_at TEXT NOT NULL,
+        PRIMARY KEY (agent, phone)
+    );
+    -- The retention sweep's archived turns older than a time, per agent, without a scan.
+    CREATE INDEX messages_archived_age ON messages (agent, archived, created_at);
+    """,
 ]
 
-# The same four versions. Ids come from identity columns, which PostgreSQL never hands out
+# The same versions. Ids come from identity columns, which PostgreSQL never hands out
 # twice (what SQLite needed AUTOINCREMENT and version 4's rebuild for); memories get `seq`,
 # their insertion order, which SQLite keeps in rowid.
 POSTGRES_MIGRATIONS: list[str] = [
@@ -327,5 +338,16 @@ POSTGRES_MIGRATIONS: list[str] = [
         until TEXT NOT NULL,
         PRIMARY KEY (agent, phone)
     );
+    """,
+    """
+    -- People who opted out (STOP), until their next user turn; a forget deletes the row.
+    CREATE TABLE opt_outs (
+        agent TEXT NOT NULL,
+        phone TEXT NOT NULL,
+        opted_out_at TEXT NOT NULL,
+        PRIMARY KEY (agent, phone)
+    );
+    -- The retention sweep's archived turns older than a time, per agent, without a scan.
+    CREATE INDEX messages_archived_age ON messages (agent, archived, created_at);
     """,
 ]
