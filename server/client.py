@@ -525,7 +525,7 @@ class _Client:
     ) -> None:
         self.base_url = (base_url or os.environ.get("MEMORY_URL") or DEFAULT_URL).rstrip("/")
         key = api_key if api_key is not None else os.environ.get("MEMORY_API_KEY")
-        self.headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.retries = retries
         self.backoff = backoff
 
@@ -580,7 +580,7 @@ class MemoryClient(_Client):
     ) -> None:
         super().__init__(base_url, api_key, retries, backoff)
         self._http = httpx.Client(
-            base_url=self.base_url, headers=self.headers, timeout=timeout, transport=transport
+            base_url=self.base_url, headers=self._headers, timeout=timeout, transport=transport
         )
 
     def _send(self, call: _Call[T]) -> T:
@@ -625,7 +625,7 @@ class AsyncMemoryClient(_Client):
     ) -> None:
         super().__init__(base_url, api_key, retries, backoff)
         self._http = httpx.AsyncClient(
-            base_url=self.base_url, headers=self.headers, timeout=timeout, transport=transport
+            base_url=self.base_url, headers=self._headers, timeout=timeout, transport=transport
         )
 
     async def _send(self, call: _Call[T]) -> T:
