@@ -37,6 +37,7 @@ from server.indexer import ACTIVE_MODEL, ACTIVE_TABLE, Indexer, VectorSpace, que
 from server.llm import OpenAICompatible
 from server.memories import MemoryBook
 from server.memory import MemoryService
+from server.retention import Retention
 from server.routes import (
     agents,
     context,
@@ -261,11 +262,13 @@ def create_app(
             serving.release()
             raise
         app.state.services = services
+        retention = app.state.retention = Retention.of(services, clock=clock)
         if run_workers:
             services.indexer.start()
             services.compaction.start()
             if services.upgrade is not None:
                 services.upgrade.start()
+            retention.start()  # a sweep now, then every MEMORY_RETENTION_SWEEP_S
         log.info(
             "memory server %s ready: data in %s, model %s",
             __version__,
@@ -276,6 +279,7 @@ def create_app(
             async with mcp_endpoint.running():
                 yield
         finally:
+            retention.stop()
             if services.upgrade is not None:
                 services.upgrade.stop()
             services.compaction.stop()
@@ -314,10 +318,6 @@ def create_app(
     )
     for router in routers:
         app.include_router(router)
-    app.add_middleware(
-        BodyLimit,
-        max_bytes=settings.max_body_bytes,
-        timeout_s=settings.body_timeout_s,
     # MCP over streamable HTTP, with the same bearer keys (server/mcp_server.py).
     from starlette.routing import Route
 
@@ -327,6 +327,10 @@ def create_app(
     app.router.routes.append(
         Route(HttpEndpoint.path, mcp_endpoint, methods=["GET", "POST", "DELETE"])
     )
+    app.add_middleware(
+        BodyLimit,
+        max_bytes=settings.max_body_bytes,
+        timeout_s=settings.body_timeout_s,
         max_in_flight=settings.max_connections,
     )
     return app

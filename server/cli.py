@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from server import __version__, native, output, validation
 from server.auth import KeyRing
+from server.clock import utc_now
 from server.config import Settings, load_settings
 from server.errors import ApiError
 from server.logs import RepeatFilter
@@ -185,6 +186,42 @@ def _forget(rt: Runtime, args: argparse.Namespace) -> int:
     return 0
 
 
+def _sweep(rt: Runtime, args: argparse.Namespace) -> int:
+    from server.retention import SWEEP_WAIT_S, Retention, retention_days, sweep_due
+
+    store = Store.open(rt.settings)
+    try:  # nothing past any agent's retention: no model, no vector index to open
+        agents = len(retention_days(store))
+        due = sweep_due(store, utc_now())
+    finally:
+        store.close()
+    done = {"agents": agents, "people": 0, "archived_turns": 0}
+    if due:
+        from server.app import open_services
+
+        services = open_services(
+            rt.settings, encoder_factory=rt.encoder_factory, follow_folder=True
+        )
+        try:
+            swept = Retention.of(services).sweep(wait_s=SWEEP_WAIT_S)
+        finally:
+            services.store.close()
+        if swept.skipped:
+            print(
+                f"memory-server: another process kept sweeping for {SWEEP_WAIT_S:g} s;"
+                " try again later",
+                file=sys.stderr,
+            )
+            return 1
+        done = {
+            "agents": swept.agents,
+            "people": swept.people,
+            "archived_turns": swept.archived_turns,
+        }
+    output.emit(args.json, done, output.record(done))
+    return 0
+
+
 def _reindex(rt: Runtime, args: argparse.Namespace) -> int:
     from server.reindex import rebuild_index
 
@@ -315,6 +352,16 @@ def build_parser() -> argparse.ArgumentParser:
     forget.add_argument("--phone", required=True, help="E.164, e.g. +15551234567")
 
     commands.add_parser(
+        "sweep",
+        help="apply the agents' retention now: forget quiet people, delete old archived turns",
+        description="Forget the people whose newest turn is older than their agent's"
+        " retention_days, and delete the older archived turns of the others, as the server's"
+        " hourly sweep does; prints the counts. Safe next to running servers (one sweeps at a"
+        " time).",
+        parents=[as_json],
+    )
+
+    commands.add_parser(
         "mcp",
         help="speak MCP over stdio, forwarding to the server at MEMORY_URL (key MEMORY_API_KEY)",
         description="An MCP server over stdin/stdout for agent frameworks (Claude Desktop,"
@@ -355,6 +402,7 @@ def main(
         None: _serve,
         "keys": _keys,
         "forget": _forget,
+        "sweep": _sweep,
         "reindex": _reindex,
         "compact": _compact,
         "backup": _backup,

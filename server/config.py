@@ -138,6 +138,12 @@ class Settings(BaseSettings):
         description="Seconds the indexer sleeps when the outbox is empty, and waits after a part"
         " batch so that more can gather for one LanceDB write.",
     )
+    retention_sweep_s: float = Field(
+        3600.0,
+        gt=0,
+        description="Seconds between retention sweeps, which forget what is older than an"
+        " agent's retention_days (the first sweep runs at start-up).",
+    )
     index_optimize_every: int = Field(
         50, ge=1, description="Compact the LanceDB table after this many writes."
     )

@@ -363,6 +363,7 @@ class AgentSettingsIn(Strict):
         None,
         ge=1,
         le=100_000,
+        strict=True,  # true, 1.0 or "30" is a mistake, not a retention of one or 30 days
         description="Forget people whose newest turn is older than this many days; null: keep"
         " forever (an explicit null clears a previous value).",
     )

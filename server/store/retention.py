@@ -11,6 +11,23 @@ from server.store.db import Queries
 from server.store.outbox import enqueue
 from server.store.util import chunks
 
+# (agent, before, agent, before). The newest turn by id: one row per person read through the
+# index messages_person (agent, phone, id).
+QUIET_PEOPLE = (
+    "SELECT newest.phone FROM"
+    " (SELECT phone, MAX(id) AS id FROM messages WHERE agent = ? GROUP BY phone) newest"
+    " JOIN messages m ON m.id = newest.id WHERE m.created_at < ?"
+    " UNION"
+    " SELECT o.phone FROM opt_outs o WHERE o.agent = ? AND o.opted_out_at < ?"
+    " AND NOT EXISTS (SELECT 1 FROM messages r WHERE r.agent = o.agent AND r.phone = o.phone)"
+    " ORDER BY 1"
+)
+# (agent, before), through the index messages_archived_age (agent, archived, created_at).
+ARCHIVED_BEFORE = (
+    "SELECT DISTINCT phone FROM messages WHERE agent = ? AND archived = 1 AND created_at < ?"
+    " ORDER BY phone"
+)
+
 
 @dataclass(frozen=True, slots=True)
 class ArchivedErasure:
@@ -33,27 +50,13 @@ class RetentionQueries(Queries):
         turn. A candidate list: the forget checks again, in its transaction, that no turn or
         opt-out of theirs is newer (a backfilled turn may be newer than a later-stored one).
         Reads the (agent, phone, id) index, then one row per person."""
-        rows = self._reader().execute(
-            "SELECT newest.phone FROM"
-            " (SELECT phone, MAX(id) AS id FROM messages WHERE agent = ? GROUP BY phone) newest"
-            " JOIN messages m ON m.id = newest.id WHERE m.created_at < ?"
-            " UNION"
-            " SELECT o.phone FROM opt_outs o WHERE o.agent = ? AND o.opted_out_at < ?"
-            " AND NOT EXISTS (SELECT 1 FROM messages r WHERE r.agent = o.agent"
-            " AND r.phone = o.phone)"
-            " ORDER BY 1",
-            (agent, before, agent, before),
-        )
+        rows = self._reader().execute(QUIET_PEOPLE, (agent, before, agent, before))
         return [str(r[0]) for r in rows]
 
     def people_with_archived_before(self, agent: str, before: str) -> list[str]:
         """Phones of the agent's people with archived turns made before `before` (the index
         messages_archived_age, schema version 6)."""
-        rows = self._reader().execute(
-            "SELECT DISTINCT phone FROM messages WHERE agent = ? AND archived = 1"
-            " AND created_at < ? ORDER BY phone",
-            (agent, before),
-        )
+        rows = self._reader().execute(ARCHIVED_BEFORE, (agent, before))
         return [str(r[0]) for r in rows]
 
     def delete_archived_turns(
