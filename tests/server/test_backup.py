@@ -330,9 +330,12 @@ def test_restoring_an_older_schema_drops_the_later_tables_and_migrates_again(
 ) -> None:
     settings = make_settings(tmp_path / "data")
     Store.open(settings).close()
-    # The database as version 4 left it (compaction_claims came with version 5).
+    # The database as version 4 left it (compaction_claims came with version 5, opt_outs and
+    # an index of messages with version 6).
     execute(settings, "DROP TABLE compaction_claims")
-    execute(settings, "DELETE FROM schema_migrations WHERE version = 5")
+    execute(settings, "DROP TABLE opt_outs")
+    execute(settings, "DROP INDEX messages_archived_age")
+    execute(settings, "DELETE FROM schema_migrations WHERE version >= 5")
     execute(
         settings,
         "INSERT INTO messages (agent, phone, role, content, created_at, stored_at)"
@@ -343,14 +346,16 @@ def test_restoring_an_older_schema_drops_the_later_tables_and_migrates_again(
     set_data_env(monkeypatch, settings.data_dir)
     monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "fake-hash")
     assert cli("backup", str(tmp_path / "bk")) == 0
-    Store.open(settings).close()  # version 5 again: compaction_claims is back
+    Store.open(settings).close()  # the latest version again: compaction_claims is back
     execute(settings, "CREATE TABLE not_ours (x INTEGER)")  # another application's
     execute(settings, "INSERT INTO not_ours VALUES (7)")
 
     assert cli("restore", str(tmp_path / "bk")) == 0
     assert [r[0] for r in query(settings, "SELECT content FROM messages")] == ["from version 4"]
-    assert query(settings, "SELECT MAX(version) FROM schema_migrations")[0][0] == 5
+    latest = len(MIGRATIONS["postgresql"])
+    assert query(settings, "SELECT MAX(version) FROM schema_migrations")[0][0] == latest
     assert query(settings, "SELECT COUNT(*) FROM compaction_claims")[0][0] == 0
+    assert query(settings, "SELECT COUNT(*) FROM opt_outs")[0][0] == 0
     assert [r[0] for r in query(settings, "SELECT x FROM not_ours")] == [7], "left alone"
 
     execute(settings, "INSERT INTO schema_migrations (version, applied_at) VALUES (99, 'x')")
