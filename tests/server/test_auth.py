@@ -21,6 +21,8 @@ ENDPOINTS = [
     ("GET", f"{P}/export", None, "read"),
     ("DELETE", P, None, "write"),
     ("POST", f"{P}/compact", None, "write"),
+    ("POST", f"{P}/opt-out", None, "write"),
+    ("GET", f"{P}/opt-out", None, "read"),
     ("POST", f"/v1/agents/{AGENT}/memories", {"content": "x", "phone": PHONE}, "write"),
     ("GET", f"/v1/agents/{AGENT}/memories/mem_unknown", None, "read"),
     ("GET", f"/v1/agents/{AGENT}/memories", None, "read"),
