@@ -16,9 +16,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from embeddings.index import VectorIndex
 from server.app import create_app
 from server.cli import main
 from server.retention import Retention, Swept
@@ -163,10 +165,21 @@ def test_old_archived_turns_of_active_people_are_deleted_with_their_vectors(
     assert first_recent["content"] == "recent 0 about the weather"
     row = index.get([f"turn:{first_recent['id']}"])[f"turn:{first_recent['id']}"][0]
     assert CANARY in row.text
+    # Another model's table (left by a model change) holds the same rows.
+    held = index.get(index.all_ids())
+    older_model = VectorIndex(index.location, "fake-older-model", 64)
+    older_model.upsert(
+        [r for r, _ in held.values()], np.stack([v for _, v in held.values()]).astype(np.float32)
+    )
+    assert older_model.count() == 26
 
     put_settings(api, retention_days=30)
     swept = sweep(api)
     assert (swept.people, swept.archived_turns) == (0, 20)
+    # There, the deleted turns and the neighbours whose text held them are gone (the table
+    # lacks them until it is served again, when they are queued).
+    older_model.reopen()
+    assert older_model.count() == 6 - api.services.settings.turn_window
 
     kept = export(api)["messages"]
     assert [m["content"] for m in kept] == [f"recent {i} about the weather" for i in range(6)]
