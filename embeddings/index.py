@@ -578,11 +578,30 @@ def purge_person_from_table(where: Path | LanceLocation, name: str, agent: str, 
         return _purge_rows(table, f"agent = {quote(agent)} AND phone = {quote(phone)}")
 
 
-def _purge_rows(table: Any, where: str) -> int:
+def purge_ids_from_table(where: Path | LanceLocation, name: str, ids: Sequence[str]) -> int:
+    """Delete rows by id from a table of another model, and make the deletions physical
+    (one rewrite for all of them)."""
+    location = LanceLocation.of(where)
+    step = 500
+    filters = [
+        "id IN (" + ", ".join(quote(i) for i in ids[at : at + step]) + ")"
+        for at in range(0, len(ids), step)
+    ]
+    if not filters:
+        return 0
+    with WriteLock.of(location):
+        return _purge_rows(location.connect().open_table(name), *filters)
+
+
+def _purge_rows(table: Any, *filters: str) -> int:
     table.checkout_latest()
-    count = int(table.count_rows(where))
+    count = 0
+    for where in filters:
+        found = int(table.count_rows(where))
+        if found:
+            table.delete(where)
+        count += found
     if count:
-        table.delete(where)
         table.to_lance().optimize.compact_files(materialize_deletions_threshold=0.0)
         table.checkout_latest()  # type: ignore[no-untyped-call]
         if table.count_rows():

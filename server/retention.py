@@ -211,7 +211,7 @@ class Retention:
         use and the one a model upgrade builds are purged (rewritten, old versions dropped);
         other models' tables lose the deleted turns and the neighbours whose text held them
         (what such a table lacks is queued again if it is ever served)."""
-        from embeddings.index import WriteLock, _purge_rows, quote, table_names
+        from embeddings.index import purge_ids_from_table, table_names
 
         ids = [f"turn:{turn}" for turn in sorted({*deleted, *retexted})]
         with self._indexer.lock:
@@ -225,8 +225,5 @@ class Retention:
             for name in table_names(location):
                 if name in kept:
                     continue
-                with WriteLock.of(location):
-                    table = location.connect().open_table(name)
-                    for chunk in chunks(ids):
-                        _purge_rows(table, "id IN (" + ", ".join(quote(i) for i in chunk) + ")")
+                purge_ids_from_table(location, name, ids)
         self._store.checkpoint()
