@@ -189,13 +189,17 @@ async def _refusals(client: Client, phone: str) -> None:
     assert not still.is_error
 
 
-def test_stdio_bridge_remembers_and_recalls(live: Server) -> None:
+@pytest.mark.parametrize(
+    ("transport", "phone"), [("stdio", "+34600111001"), ("http", "+34600111002")]
+)
+def test_tools_remember_and_recall(live: Server, transport: str, phone: str) -> None:
     key = _agent_key(live, AGENT)
+    connect = {"stdio": _stdio, "http": _http}[transport]
 
     async def scenario() -> None:
-        async with _stdio(live, key) as client:
-            await _exercise(client, live, "+34600111001")
-            await _refusals(client, "+34600111001")
+        async with connect(live, key) as client:
+            await _exercise(client, live, phone)
+            await _refusals(client, phone)
 
     anyio.run(scenario)
 
@@ -224,17 +228,6 @@ def test_stdio_bridge_with_no_server_answers_tool_errors(tmp_path: Path) -> None
         async with _stdio(nobody, "mk_whatever_0000000000000000") as client:
             result = await client.call_tool("get_context", {"agent": AGENT, "phone": PHONE})
             assert "unreachable" in _error_text(result) or "connect" in _error_text(result)
-
-    anyio.run(scenario)
-
-
-def test_http_endpoint_remembers_and_recalls(live: Server) -> None:
-    key = _agent_key(live, AGENT)
-
-    async def scenario() -> None:
-        async with _http(live, key) as client:
-            await _exercise(client, live, "+34600111002")
-            await _refusals(client, "+34600111002")
 
     anyio.run(scenario)
 
