@@ -321,12 +321,12 @@ def create_app(
     # MCP over streamable HTTP, with the same bearer keys (server/mcp_server.py).
     from starlette.routing import Route
 
-    from server.mcp_server import HttpEndpoint
+    from server.mcp_server import HttpEndpoint, with_openapi
 
     mcp_endpoint = HttpEndpoint(app, _authenticate)
-    app.router.routes.append(
-        Route(HttpEndpoint.path, mcp_endpoint, methods=["GET", "POST", "DELETE"])
-    )
+    # POST only: stateless, so no event stream to GET and no session to DELETE (405).
+    app.router.routes.append(Route(HttpEndpoint.path, mcp_endpoint, methods=["POST"]))
+    app.openapi = with_openapi(app.openapi)  # type: ignore[method-assign]
     app.add_middleware(
         BodyLimit,
         max_bytes=settings.max_body_bytes,

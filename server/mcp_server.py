@@ -236,6 +236,70 @@ class HttpEndpoint:
         )
 
 
+def with_openapi(build: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
+    """Wrap the app's schema builder so that /openapi.json describes POST /mcp too (it is a
+    JSON-RPC endpoint, not a FastAPI route)."""
+
+    def openapi() -> dict[str, Any]:
+        schema = build()  # cached by FastAPI: the same dict every time
+        schema["paths"].setdefault(HttpEndpoint.path, {"post": _OPERATION})
+        schema["components"]["schemas"].setdefault("JsonRpcMessage", _JSON_RPC)
+        return schema
+
+    return openapi
+
+
+_JSON_RPC: dict[str, Any] = {
+    "title": "JsonRpcMessage",
+    "description": "A JSON-RPC 2.0 message of the Model Context Protocol.",
+    "type": "object",
+    "required": ["jsonrpc"],
+    "properties": {
+        "jsonrpc": {"const": "2.0"},
+        "id": {"anyOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]},
+        "method": {"type": "string", "examples": ["tools/list", "tools/call"]},
+        "params": {"type": "object"},
+        "result": {"type": "object"},
+        "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {"code": {"type": "integer"}, "message": {"type": "string"}},
+        },
+    },
+}
+_RPC_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/JsonRpcMessage"}}}
+_ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+_OPERATION: dict[str, Any] = {
+    "tags": ["mcp"],
+    "summary": "MCP over streamable HTTP",
+    "description": "The Model Context Protocol (JSON-RPC 2.0), stateless: each POST carries"
+    " one message and its answer is the response body (application/json). Tools: remember,"
+    " get_context, search_memories, add_memory (`tools/list` describes them). Any live key"
+    " may connect; each tool call is checked like the API call it makes (an agent key may use"
+    " its own agent only). A GET (server-sent events) is 405: there is no stream.",
+    "operationId": "mcp",
+    "requestBody": {"required": True, "content": _RPC_CONTENT},
+    "responses": {
+        "200": {
+            "description": "The JSON-RPC answer (a result, or a JSON-RPC error)",
+            "content": _RPC_CONTENT,
+        },
+        "202": {"description": "A notification or a response, accepted (no body)"},
+        "400": {
+            "description": "Not a JSON-RPC message (a JSON-RPC error)",
+            "content": _RPC_CONTENT,
+        },
+        "406": {"description": "The Accept header excludes application/json"},
+        "415": {"description": "Not application/json (a JSON-RPC error)", "content": _RPC_CONTENT},
+        "4XX": {
+            "description": "No live key (401), a body too large (413), in the error shape",
+            "content": _ERROR_CONTENT,
+        },
+    },
+    "security": [{"HTTPBearer": []}],
+}
+
+
 def _bearer(header: str) -> str | None:
     scheme, _, secret = header.partition(" ")
     return secret.strip() if scheme.lower() == "bearer" and secret.strip() else None

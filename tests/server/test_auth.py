@@ -42,6 +42,8 @@ ENDPOINTS = [
     ("GET", "/v1/keys", None, "admin"),
     ("DELETE", "/v1/keys/key_unknown", None, "admin"),
     ("GET", "/metrics", None, "operator"),
+    # MCP: any live key connects; each tool call is then checked as its API call (test_mcp).
+    ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}, "any"),
 ]
 
 CALLERS: dict[str, Callable[[Api], dict[str, str]]] = {
@@ -63,6 +65,7 @@ ALLOWED = {
     "admin": {"admin"},
     "search": {"admin", "staff_all", "staff_listed", "staff_other"},
     "operator": {"admin", "staff_all", "staff_listed", "staff_other"},
+    "any": {"admin", "staff_all", "staff_listed", "staff_other", "right_agent", "wrong_agent"},
 }
 
 

@@ -61,6 +61,7 @@ def test_openapi_lists_the_contract_paths(api: Api) -> None:
         "/v1/search": {"post"},
         "/v1/audit": {"get"},
         "/staff": {"get"},
+        "/mcp": {"post"},
     }
     for path, methods in expected.items():
         assert methods <= set(paths[path]), path

@@ -39,10 +39,12 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         server.stop()
 
 
+def _admin_headers() -> dict[str, str]:
+    return {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+
 def _admin(server: Server) -> httpx.Client:
-    return httpx.Client(
-        base_url=server.base, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=30
-    )
+    return httpx.Client(base_url=server.base, headers=_admin_headers(), timeout=30)
 
 
 def _agent_key(server: Server, agent: str) -> str:
@@ -243,9 +245,11 @@ def test_http_endpoint_needs_a_live_key(live: Server) -> None:
         answer = httpx.post(f"{live.base}/mcp", json=hello, headers=headers, timeout=30)
         assert answer.status_code == 401, answer.text
         assert answer.json()["error"]["status"] == 401
-    # A GET (the SDK's server-sent-events stream) needs the key too.
-    answer = httpx.get(f"{live.base}/mcp", timeout=30)
-    assert answer.status_code == 401
+    # Stateless: no event stream to GET, no session to DELETE; 405 in the error shape, at once.
+    for method in ("GET", "DELETE"):
+        answer = httpx.request(method, f"{live.base}/mcp", headers=_admin_headers(), timeout=30)
+        assert answer.status_code == 405, answer.text
+        assert answer.json()["error"]["code"] == "method_not_allowed"
     # A key revoked after the session began is refused at the next call.
     key_id, key = _make_key(live, AGENT)
 
