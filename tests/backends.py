@@ -22,6 +22,9 @@ def on_postgres() -> bool:
     return BACKEND == "postgresql"
 
 
+_templates: list[str] = []
+
+
 def database_url_for(data_dir: Path) -> str | None:
     """The database of a data folder (the same one each time: a restart finds its data)."""
     if not on_postgres():
@@ -29,9 +32,27 @@ def database_url_for(data_dir: Path) -> str | None:
     key = data_dir.resolve()
     if key not in _made:
         name = f"memtest_{uuid.uuid4().hex[:16]}"
-        _admin(f"CREATE DATABASE {name}")
-        _made[key] = ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+        _admin(f"CREATE DATABASE {name} TEMPLATE {_migrated_template()}")
+        _made[key] = _url(name)
     return _made[key]
+
+
+def _migrated_template() -> str:
+    """A database the current migrations were applied to, once per test run: each test's
+    database is a copy of it (about 0.1 s, where migrating a new one took 0.35 s, times some
+    700 tests). Tests of older schemas take a copy back to the version they need."""
+    if not _templates:
+        from server.store import Store
+
+        name = f"memtemplate_{uuid.uuid4().hex[:16]}"
+        _admin(f"CREATE DATABASE {name}")
+        _templates.append(name)
+        Store(database_url=_url(name)).close()  # no session may stay on a template
+    return _templates[0]
+
+
+def _url(name: str) -> str:
+    return ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
 
 
 def _admin(sql: str) -> None:
@@ -41,13 +62,28 @@ def _admin(sql: str) -> None:
         conn.execute(sql)
 
 
+def _drop(name: str) -> None:
+    with contextlib.suppress(Exception):  # (the server may be gone at exit)
+        _admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
 @atexit.register
 def _drop_all() -> None:
-    for url in _made.values():
-        name = url.rsplit("/", 1)[1]
-        with contextlib.suppress(Exception):  # (the server may be gone at exit)
-            _admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    import threading
+
+    # Eight at a time: each DROP mostly waits for the server's checkpoint of its files. (Plain
+    # threads: concurrent.futures takes no work once the interpreter is shutting down.)
+    names = [url.rsplit("/", 1)[1] for url in _made.values()]
+    for start in range(0, len(names), 8):
+        threads = [threading.Thread(target=_drop, args=(n,)) for n in names[start : start + 8]]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
     _made.clear()
+    for name in _templates:
+        _drop(name)
+    _templates.clear()
 
 
 def query(settings: Any, sql: str, *args: object) -> list[Any]:
