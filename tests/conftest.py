@@ -166,9 +166,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     erasure as a dump sees it."""
     other = "sqlite" if on_postgres() else "postgresql"
     skip = pytest.mark.skip(reason=f"a {other}-only behaviour, run by the {other} pass")
+    # A test that opens no database of the server's (the encoders, LanceDB alone, the
+    # benchmarks' own folders, the compose file) runs the same code on both passes: once is
+    # enough.
+    same = pytest.mark.skip(reason="opens no database: the same on both passes, run by sqlite")
     for item in items:
         if item.get_closest_marker(other):
             item.add_marker(skip)
+        elif on_postgres() and item.get_closest_marker("no_database"):
+            item.add_marker(same)
 
 
 @pytest.fixture(scope="session")

@@ -6,8 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from benchmarks import bench_fusion
 from tests.benchmarks.tiny_locomo import write_tiny_locomo
+
+# Opens no database of the server's: the same on both passes, so the postgresql pass
+# skips it (tests/conftest.py).
+pytestmark = pytest.mark.no_database
 
 
 def test_bench_fusion_smoke(tmp_path: Path) -> None:

@@ -7,8 +7,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from benchmarks import bench_thresholds
 from tests.benchmarks.tiny_locomo import write_tiny_locomo
+
+# Opens no database of the server's: the same on both passes, so the postgresql pass
+# skips it (tests/conftest.py).
+pytestmark = pytest.mark.no_database
 
 
 def shares(rows: list[dict[str, Any]], *keys: str) -> None:

@@ -5,9 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import pytest
 
 from embeddings.encoder import CachedEncoder, Vectors
 from embeddings.hashing import HashEncoder
+
+# Opens no database of the server's: the same on both passes, so the postgresql pass
+# skips it (tests/conftest.py).
+pytestmark = pytest.mark.no_database
 
 
 class Recording(HashEncoder):

@@ -18,6 +18,10 @@ from embeddings.index import (
 )
 from tests.fakes import HashEncoder
 
+# Opens no database of the server's: the same on both passes, so the postgresql pass
+# skips it (tests/conftest.py).
+pytestmark = pytest.mark.no_database
+
 ENC = HashEncoder(dim=32)
 
 

@@ -7,9 +7,14 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 
 from embeddings.index import IndexRow, VectorIndex, WriteLock, table_name, table_names
 from tests.s3 import S3Server
+
+# Opens no database of the server's: the same on both passes, so the postgresql pass
+# skips it (tests/conftest.py).
+pytestmark = pytest.mark.no_database
 
 DIM = 8
 

@@ -10,6 +10,10 @@ import pytest
 
 from server import native
 
+# Opens no database of the server's: the same on both passes, so the postgresql pass
+# skips it (tests/conftest.py).
+pytestmark = pytest.mark.no_database
+
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc only")
 def test_arenas_are_limited_and_free_memory_is_trimmed() -> None:

@@ -6,6 +6,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
+# Opens no database of the server's: the same on both passes, so the postgresql pass
+# skips it (tests/conftest.py).
+pytestmark = pytest.mark.no_database
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
