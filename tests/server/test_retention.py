@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -26,10 +24,10 @@ from server.cli import main
 from server.retention import Retention, Swept
 from server.store import Store
 from server.store.retention import ARCHIVED_BEFORE, QUIET_PEOPLE
-from tests.backends import data_env, execute, query, set_data_env
+from tests.backends import execute, query, set_data_env
 from tests.conftest import AGENT, PHONE, Api, FakeClock, admin, assert_error, make_settings
 from tests.fakes import fake_factory
-from tests.server.test_cli import HEAVY
+from tests.server.test_cli import run_and_list_heavy_imports
 from tests.server.test_erasure import lance_texts
 
 CANARY = "tapircanary51c2d8"
@@ -321,24 +319,9 @@ def test_a_sweep_with_nothing_to_do_does_not_import_the_model_stack(tmp_path: Pa
     store = Store.open(settings)
     store.put_agent_settings(AGENT, {"retention_days": 30})
     store.close()
-    probe = (
-        "import sys\n"
-        "from server.cli import main\n"
-        "code = main(['sweep'])\n"
-        f"loaded = [m for m in {HEAVY!r} if m in sys.modules]\n"
-        "print('LOADED', loaded, code)\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        env={**data_env(tmp_path / "data"), "PATH": "/usr/bin:/bin"},
-        cwd=Path(__file__).resolve().parents[2],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().splitlines()[-1] == "LOADED [] 0", done.stdout
-    assert "agents" in done.stdout
+    out, loaded, code = run_and_list_heavy_imports(tmp_path / "data", ["sweep"])
+    assert (loaded, code) == ([], 0), out
+    assert "agents" in out
 
 
 def test_the_sweep_queries_read_indexes(api: Api) -> None:
