@@ -313,6 +313,18 @@ def test_reindex_under_traffic_and_a_forget_loses_nothing_and_keeps_nobody(
 # -- 6. a forget next to an outside reader --------------------------------------------------------
 
 
+def _canary_rows(api: Api) -> int:
+    """The forgotten person's turns still in the database, on a connection of its own."""
+    conn = sqlite3.connect(api.services.settings.sqlite_path)
+    try:
+        found = conn.execute(
+            "SELECT COUNT(*) FROM messages WHERE content LIKE ?", (f"{CANARY}%",)
+        ).fetchone()
+        return int(found[0])
+    finally:
+        conn.close()
+
+
 @pytest.mark.sqlite
 def test_a_forget_never_stalls_writes_behind_an_outside_reader(api: Api) -> None:
     for i in range(5):
@@ -324,7 +336,17 @@ def test_a_forget_never_stalls_writes_behind_an_outside_reader(api: Api) -> None
 
     done = threading.Event()
     threading.Thread(target=lambda: (forget(api), done.set()), daemon=True).start()
-    time.sleep(0.2)  # the forget is trying its checkpoint now
+    # Wait until the forget has erased the rows and purged the vectors (under the index lock,
+    # which a memory write needs too: a slow purge is not what this test is about); it is then
+    # trying its checkpoint, held off by the reader, for a second. (A fixed sleep of 0.2 s
+    # raced a purge slowed by a busy machine.)
+    deadline = time.monotonic() + 10
+    while _canary_rows(api):
+        assert time.monotonic() < deadline, "the forget never erased the rows"
+        time.sleep(0.01)
+    with api.services.indexer.lock:
+        pass
+    assert not done.is_set(), "the forget did not wait for the reader at all"
     started = time.perf_counter()
     memory = {"content": "Someone else likes tea", "phone": OTHER}
     assert api.client.post(MEMORIES, json=memory, headers=admin()).status_code == 201
