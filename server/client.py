@@ -34,6 +34,7 @@ import email.utils
 import functools
 import os
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -488,7 +489,7 @@ class _Endpoint(Generic[P, T]):
         return method
 
 
-class _Client:
+class _Client(ABC):
     """The surface of both clients, each endpoint described once."""
 
     remember = _Endpoint(_remember)
@@ -529,8 +530,10 @@ class _Client:
         self.retries = retries
         self.backoff = backoff
 
+    @abstractmethod
     def _send(self, call: _Call[Any]) -> Any:
-        raise NotImplementedError
+        """Send the call, retrying as _wait says: MemoryClient blocks, AsyncMemoryClient
+        returns an awaitable."""
 
     def _wait(
         self, call: _Call[Any], attempt: int, outcome: httpx.Response | httpx.TransportError
