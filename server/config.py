@@ -76,6 +76,18 @@ class Settings(BaseSettings):
         10_000, ge=0, description="How long SQLite waits for a lock held by another process."
     )
 
+    db_pool_size: int = Field(
+        8,
+        ge=1,
+        le=1000,
+        description="Read connections to the database per process, shared by every request"
+        " (PostgreSQL: plus one writer and one per lease; all replicas share max_connections).",
+    )
+    db_pool_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Seconds a request waits for a free read connection (503 beyond).",
+    )
     sqlite_synchronous: Literal["FULL", "NORMAL"] = Field(
         "FULL",
         description="FULL: an acknowledged write survives power loss; NORMAL: only a crash.",

@@ -312,6 +312,18 @@ class UpgradeOut(BaseModel):
     error: str | None = None
 
 
+class ConnectionsOut(BaseModel):
+    """The process's read connections to the database (one writer and the leases' come
+    on top)."""
+
+    engine: str = Field(description="sqlite or postgresql.")
+    size: int = Field(description="The most that may be open (MEMORY_DB_POOL_SIZE).")
+    open: int
+    in_use: int
+    idle: int
+    waiting: int = Field(description="Requests waiting for a free one.")
+
+
 class Health(BaseModel):
     status: str = Field(
         description="ok; degraded while a background loop keeps failing (see problems)."
@@ -329,11 +341,16 @@ class Health(BaseModel):
     )
     erasure_pending: bool = Field(
         False,
-        description="A forget's WAL checkpoint is held off by a reader (a backup, a sqlite3"
-        " shell) and is being retried: old page images may still hold forgotten text.",
+        description="A forget is not finished: one is under way, one that a stop cut short"
+        " waits for the next start-up to finish it, or (SQLite) its WAL checkpoint is held off"
+        " by a reader (a backup, a sqlite3 shell) and is being retried. Until then files may"
+        " still hold forgotten text.",
     )
     upgrade: UpgradeOut | None = Field(
         None, description="The data folder's move to the configured model, when one runs."
+    )
+    connections: ConnectionsOut | None = Field(
+        None, description="The database connections of this process's read pool."
     )
 
 

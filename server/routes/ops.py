@@ -9,7 +9,7 @@ from fastapi.responses import PlainTextResponse
 
 from server import __version__
 from server.deps import PrincipalDep, ServicesDep
-from server.schemas import Health, UpgradeOut
+from server.schemas import ConnectionsOut, Health, UpgradeOut
 
 router = APIRouter(tags=["operations"])
 FAILING_PASSES = 3  # a pass that fails now and then is retried; three in a row is a problem
@@ -42,8 +42,13 @@ def health(services: ServicesDep) -> Health:
         model=services.indexer.space.encoder.name,
         version=__version__,
         indexer=services.indexer.role,
-        erasure_pending=services.store.checkpoint_pending,
+        erasure_pending=(
+            services.store.checkpoint_pending or services.store.count_pending_erasures() > 0
+        ),
         upgrade=UpgradeOut(**asdict(upgrade)) if upgrade is not None else None,
+        connections=ConnectionsOut(
+            engine=services.store.engine, **asdict(services.store.pool_stats())
+        ),
     )
 
 
@@ -53,6 +58,7 @@ def metrics(principal: PrincipalDep, services: ServicesDep) -> str:
     principal.require_operator()
     stats = services.indexer.stats
     index = services.indexer.space.index
+    pool = services.store.pool_stats()
     lines = [
         (
             "memory_index_lag",
@@ -93,6 +99,9 @@ def metrics(principal: PrincipalDep, services: ServicesDep) -> str:
         ),
         ("memory_indexer_batches_total", "counter", "Indexer batches done.", stats.batches),
         ("memory_indexer_errors_total", "counter", "Indexer batches that failed.", stats.errors),
+        ("memory_db_connections_open", "gauge", "Open read connections.", pool.open),
+        ("memory_db_connections_in_use", "gauge", "Read connections lent out.", pool.in_use),
+        ("memory_db_connections_max", "gauge", "The read pool's size.", pool.size),
     ]
     out = []
     for name, kind, help_text, value in lines:

@@ -17,6 +17,7 @@ from server.store.memories import MemoryQueries
 from server.store.messages import MessageQueries
 from server.store.optouts import OptOutQueries
 from server.store.outbox import OutboxQueries
+from server.store.pool import PoolStats
 from server.store.records import (
     ApiKey,
     AuditEntry,
@@ -75,6 +76,8 @@ class Store(
         clock: Clock = utc_now,
         synchronous: str = "FULL",
         database_url: str | None = None,
+        pool_size: int = 8,
+        pool_timeout_s: float = 10.0,
     ):
         self.path = path
         self._clock = clock
@@ -82,9 +85,17 @@ class Store(
         if database_url:
             from server.store.postgres import PostgresDatabase
 
-            db = PostgresDatabase(database_url)
+            db = PostgresDatabase(
+                database_url, pool_size=pool_size, pool_timeout_s=pool_timeout_s
+            )
         elif path is not None:
-            db = SqliteDatabase(path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous)
+            db = SqliteDatabase(
+                path,
+                busy_timeout_ms=busy_timeout_ms,
+                synchronous=synchronous,
+                pool_size=pool_size,
+                pool_timeout_s=pool_timeout_s,
+            )
         else:
             raise ValueError("a SQLite path or a database URL")
         self._db = db
@@ -103,6 +114,8 @@ class Store(
             clock=clock,
             synchronous=settings.sqlite_synchronous,
             database_url=settings.database_url,
+            pool_size=settings.db_pool_size,
+            pool_timeout_s=settings.db_pool_timeout_s,
         )
 
     def lease(self, name: str, folder: Path, *, keep_session: bool = False) -> Lease:
@@ -132,6 +145,10 @@ class Store(
         may stay (SQLite: a truncating WAL checkpoint, retried in the background while a
         reader holds it off; PostgreSQL: VACUUM of the tables). True when done now."""
         return self._db.erase_deleted(wait_s)
+
+    def pool_stats(self) -> PoolStats:
+        """The read connections: how many may be open, are open, in use, idle; waiters."""
+        return self._db.pool_stats()
 
     @property
     def checkpoint_pending(self) -> bool:

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from server.clock import Clock, format_time
 from server.store.leases import FileLease, Lease
+from server.store.pool import PooledReader, PoolStats, SqlitePool
 from server.store.util import chunks
 
 log = logging.getLogger(__name__)
@@ -50,9 +51,13 @@ class Database(Protocol):
 
     def after_migrations(self) -> None: ...
 
-    def reader(self) -> Conn: ...
+    def reader(self) -> Conn: ...  # each statement on a pooled connection, rows read whole
 
     def snapshot(self) -> Any: ...  # a context manager: one consistent view for several reads
+
+    def lock_person(self, conn: Conn, agent: str, phone: str) -> None: ...
+
+    def pool_stats(self) -> PoolStats: ...
 
     def stream(self, sql: str, chunk: int) -> Iterator[list[Any]]: ...
 
@@ -80,6 +85,17 @@ class Queries:
 
     def _snapshot(self) -> Any:
         return self._db.snapshot()
+
+    @contextmanager
+    def _person_transaction(self, agent: str, phone: str | None) -> Iterator[Conn]:
+        """A write transaction that holds the person's lock first: every write of a person's
+        rows goes through one, so a forget, a retention sweep or an opt-out decides and
+        deletes in one view that no other replica's write of that person can slip into
+        (they wait for it, or it waits for them). phone None: the agent's own memories."""
+        with self._transaction() as conn:
+            if phone is not None:
+                self._db.lock_person(conn, agent, phone)
+            yield conn
 
     def _now(self) -> str:
         return format_time(self._clock())
@@ -137,12 +153,21 @@ def statements(script: str) -> list[str]:
 
 
 class SqliteDatabase:
-    """SQLite in WAL mode: one writer connection behind a lock, a read connection per thread."""
+    """SQLite in WAL mode: one writer connection behind a lock, and a bounded pool of read
+    connections shared by every thread."""
 
     name = "sqlite"
     memory_seq = "rowid"
 
-    def __init__(self, path: Path, *, busy_timeout_ms: int, synchronous: str) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        busy_timeout_ms: int,
+        synchronous: str,
+        pool_size: int = 8,
+        pool_timeout_s: float = 10.0,
+    ) -> None:
         from server.store.schema import SQLITE_MIGRATIONS
 
         self.migrations = SQLITE_MIGRATIONS
@@ -153,9 +178,8 @@ class SqliteDatabase:
         self._synchronous = synchronous
         path.parent.mkdir(parents=True, exist_ok=True)
         self._write_lock = threading.RLock()
-        self._local = threading.local()
-        self._readers: list[sqlite3.Connection] = []
-        self._readers_lock = threading.Lock()
+        self._pool = SqlitePool(self._connect, size=pool_size, timeout_s=pool_timeout_s)
+        self._reader = PooledReader(self._pool.connection)
         self._checkpointer: sqlite3.Connection | None = None
         self._checkpoint_lock = threading.Lock()
         self._checkpoint_owed = threading.Event()
@@ -189,13 +213,14 @@ class SqliteDatabase:
         return conn
 
     def reader(self) -> Conn:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._connect()
-            self._local.conn = conn
-            with self._readers_lock:
-                self._readers.append(conn)
-        return conn  # type: ignore[return-value]
+        return self._reader
+
+    def pool_stats(self) -> PoolStats:
+        return self._pool.stats()
+
+    def lock_person(self, conn: Conn, agent: str, phone: str) -> None:
+        """Nothing to take: BEGIN IMMEDIATE already holds every other writer off, in this
+        process and in any other on the file."""
 
     @contextmanager
     def transaction(self) -> Iterator[Conn]:
@@ -211,12 +236,12 @@ class SqliteDatabase:
 
     @contextmanager
     def snapshot(self) -> Iterator[Conn]:
-        conn = self.reader()
-        conn.execute("BEGIN")
-        try:
-            yield conn
-        finally:
-            conn.execute("COMMIT")
+        with self._pool.connection() as conn:
+            conn.execute("BEGIN")
+            try:
+                yield conn  # type: ignore[misc]
+            finally:
+                conn.execute("COMMIT")
 
     def lease(self, name: str, folder: Path, *, keep_session: bool = False) -> Lease:
         """Processes of one machine on one data folder: a flock in the folder."""
@@ -240,10 +265,7 @@ class SqliteDatabase:
             if self._checkpointer is not None:
                 self._checkpointer.close()
                 self._checkpointer = None
-        with self._readers_lock:
-            for conn in self._readers:
-                conn.close()
-            self._readers.clear()
+        self._pool.close()
         with self._write_lock:
             self._writer.close()
 

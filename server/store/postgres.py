@@ -1,9 +1,11 @@
 """PostgreSQL through psycopg 3, for replicas: the same queries as SQLite (their `?`
-placeholders become psycopg's), one writer connection per process behind a lock, a read
-connection per thread, and VACUUM after a forget."""
+placeholders become psycopg's), one writer connection per process behind a lock, a bounded
+pool of read connections (psycopg_pool) shared by every thread, a per-person advisory lock in
+write transactions, and VACUUM after a forget."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 from collections.abc import Iterator, Sequence
@@ -12,17 +14,33 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from server.errors import Unavailable
 from server.store.db import Conn, Cursor
 from server.store.leases import Lease, PostgresLease
+from server.store.pool import DatabaseBusy, PooledReader, PoolStats
 
 log = logging.getLogger(__name__)
 
 # What a forget deletes from; VACUUM of these marks the dead rows' space free for reuse.
-ERASED_TABLES = ("messages", "memories", "summaries", "memory_history", "outbox", "audit")
+ERASED_TABLES = (
+    "messages",
+    "memories",
+    "summaries",
+    "memory_history",
+    "outbox",
+    "audit",
+    "opt_outs",
+    "erasures",
+)
 # Held while migrating, so that two replicas starting at once do not both apply a version.
 MIGRATION_LOCK = 0x6D656D6F7279  # "memory"
+# The first key of the two-key advisory locks on a person (their own key space: the one-key
+# locks above and the leases' never collide with them).
+PERSON_LOCK_CLASS = 0x6D656D  # "mem"
+# Idle read connections beyond the first are closed after this long.
+POOL_MAX_IDLE_S = 60.0
 
 
 class DatabaseUnavailable(Unavailable):
@@ -88,16 +106,30 @@ class PostgresDatabase:
     name = "postgresql"
     memory_seq = "seq"
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, pool_size: int = 8, pool_timeout_s: float = 10.0) -> None:
         from server.store.schema import POSTGRES_MIGRATIONS
 
         self.migrations = POSTGRES_MIGRATIONS
         self.url = url
         self._write_lock = threading.RLock()
-        self._local = threading.local()
-        self._readers: list[psycopg.Connection[Any]] = []
-        self._readers_lock = threading.Lock()
         self._writer = self._connect()
+        self._pool_size = pool_size
+        self._pool_timeout_s = pool_timeout_s
+        # check: a connection is tried before it is lent, so one that a restart or
+        # pg_terminate_backend broke while idle is replaced, not handed to a request.
+        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            url,
+            kwargs={"autocommit": True, "row_factory": _row_factory, "connect_timeout": 5},
+            min_size=1,
+            max_size=pool_size,
+            timeout=pool_timeout_s,
+            max_idle=POOL_MAX_IDLE_S,
+            check=ConnectionPool.check_connection,
+            name="memory-server-readers",
+            open=False,
+        )
+        self._pool.open(wait=False)
+        self._reader = PooledReader(self._borrow)
 
     def _connect(self, *, autocommit: bool = True) -> psycopg.Connection[Any]:
         with _reachable():
@@ -119,14 +151,41 @@ class PostgresDatabase:
         pass
 
     def reader(self) -> Conn:
-        conn: PgConn | None = getattr(self._local, "conn", None)
-        if conn is None or conn.raw.closed or conn.raw.broken:
-            raw = self._connect()
-            conn = PgConn(raw)
-            self._local.conn = conn
-            with self._readers_lock:
-                self._readers.append(raw)
-        return conn
+        return self._reader
+
+    @contextmanager
+    def _borrow(self) -> Iterator[PgConn]:
+        """A pooled read connection. None free within the pool's wait is a 503: busy when
+        all of them are open and lent, else the database is unreachable (the pool keeps
+        trying to connect)."""
+        try:
+            with self._pool.connection() as raw:
+                yield PgConn(raw)
+        except PoolTimeout as exc:
+            stats = self.pool_stats()
+            if stats.open >= stats.size and stats.idle == 0:
+                raise DatabaseBusy(
+                    f"all {stats.size} database connections stayed in use for"
+                    f" {self._pool_timeout_s:g} s; retry shortly"
+                ) from exc
+            raise DatabaseUnavailable(
+                f"no database connection within {self._pool_timeout_s:g} s: the database"
+                " is unreachable; retry shortly"
+            ) from exc
+
+    def pool_stats(self) -> PoolStats:
+        stats = self._pool.get_stats()
+        size, idle = stats.get("pool_size", 0), stats.get("pool_available", 0)
+        waiting = stats.get("requests_waiting", 0)
+        return PoolStats(self._pool_size, size, size - idle, idle, waiting)
+
+    def lock_person(self, conn: Conn, agent: str, phone: str) -> None:
+        """The person's advisory lock, until the transaction ends: the writes of one person
+        on every replica are serialized (two people sharing a 32-bit hash only wait for
+        each other)."""
+        digest = hashlib.blake2b(f"{agent}\x00{phone}".encode(), digest_size=4).digest()
+        key = int.from_bytes(digest, "big", signed=True)
+        conn.execute("SELECT pg_advisory_xact_lock(?, ?)", (PERSON_LOCK_CLASS, key))
 
     @contextmanager
     def transaction(self) -> Iterator[Conn]:
@@ -138,9 +197,7 @@ class PostgresDatabase:
 
     @contextmanager
     def snapshot(self) -> Iterator[Conn]:
-        conn = self.reader()
-        assert isinstance(conn, PgConn)
-        with conn.raw.transaction():
+        with self._borrow() as conn, _reachable(), conn.raw.transaction():
             conn.raw.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             yield conn
 
@@ -169,9 +226,6 @@ class PostgresDatabase:
         return False
 
     def close(self) -> None:
-        with self._readers_lock:
-            for conn in self._readers:
-                conn.close()
-            self._readers.clear()
+        self._pool.close()
         with self._write_lock:
             self._writer.close()

@@ -21,6 +21,11 @@ from tests.server.test_startup import server_env
 
 def test_health(api: Api) -> None:
     body = api.client.get("/health").json()
+    connections = body.pop("connections")
+    assert connections["engine"] == api.services.store.engine
+    assert connections["size"] == 8  # MEMORY_DB_POOL_SIZE's default
+    assert connections["in_use"] == connections["waiting"] == 0
+    assert 1 <= connections["open"] == connections["idle"] <= 8
     assert body == {
         "status": "ok",
         "problems": [],
