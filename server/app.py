@@ -209,6 +209,10 @@ def open_services(
         backoff_s=settings.compact_backoff_s,
         hooks=hooks,
     )
+    memory = MemoryService(store, settings, indexer, compaction, clock=clock, hooks=hooks)
+    finished = memory.finish_erasures()  # forgets a crash cut short, before anything is served
+    if finished:
+        step(f"finished {finished} forgets that were cut short")
     upgrade = None
     if serving is not None:
         target = VectorSpace(encoder=CachedEncoder(wanted), index=serving[1])
@@ -218,7 +222,7 @@ def open_services(
         settings=settings,
         store=store,
         keys=KeyRing(store, settings.admin_key),
-        memory=MemoryService(store, settings, indexer, compaction, clock=clock),
+        memory=memory,
         indexer=indexer,
         compaction=compaction,
         book=MemoryBook(

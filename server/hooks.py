@@ -11,7 +11,8 @@ class Hooks:
     """`reach(name)` runs what a test registered for that point with `on(name, fn)`, else
     nothing. The points in the code: compaction.model_answered, memories.loaded,
     memories.before_reembed, indexer.embedded, reindex.embedded, reindex.batch_written,
-    staff.searched."""
+    staff.searched, forget.journaled, forget.rows_erased, forget.vectors_deleted,
+    forget.vectors_erased."""
 
     def __init__(self) -> None:
         self._at: dict[str, Callable[[], None]] = {}

@@ -578,6 +578,7 @@ class Indexer:
             erase_rows()
             index = self.space.index
             removed = index.delete_person(agent, phone)
+            self._hooks.reach("forget.vectors_deleted")
             index.purge()
             for name in table_names(index.location):
                 if name != index.name:

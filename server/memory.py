@@ -17,6 +17,7 @@ from server.agent_settings import AgentConfig, AgentSettings, OptOutPolicy
 from server.clock import Clock, format_time, parse_time, utc_now
 from server.compaction import Compacted, Compaction
 from server.config import Settings
+from server.hooks import Hooks
 from server.indexer import Indexer
 from server.locks import KeyedLocks
 from server.store import Memory, Message, PersonErasure, StillActive, Store, Summary
@@ -109,8 +110,10 @@ class MemoryService:
         compaction: Compaction,
         *,
         clock: Clock = utc_now,
+        hooks: Hooks | None = None,
     ) -> None:
         self._store = store
+        self._hooks = hooks or Hooks()
         self._settings = settings
         self._indexer = indexer
         self._compaction = compaction
@@ -143,7 +146,7 @@ class MemoryService:
         created_at: str | None = None,
     ) -> tuple[int, bool]:
         """Store one turn; (id, False) when the event_id was seen before. A new user turn
-        lifts the person's opt-out, unless it was made before the opt-out."""
+        lifts the person's opt-out recorded before it (server/store/messages.py)."""
         with self._people.hold((agent, phone)):
             message_id, stored = self._store.insert_message(
                 agent=agent,
@@ -154,19 +157,10 @@ class MemoryService:
                 number=number,
                 created_at=created_at,
             )
-            if stored and role == "user":
-                self._lift_opt_out(agent, phone, created_at or self.now())
         if stored:
             self._compaction.after_turn(agent, phone, role)
         self._indexer.wake()
         return message_id, stored
-
-    def _lift_opt_out(self, agent: str, phone: str, turn_time: str) -> None:
-        # A read first: most people never opted out, and a turn must not cost a write more.
-        opted = self._store.opted_out_at(agent, phone)
-        if opted is not None and turn_time >= opted:
-            self._store.clear_opt_out(agent, phone, through=turn_time)
-            log.info("a person of agent %s wrote again: their opt-out is lifted", agent)
 
     # -- opt-out -----------------------------------------------------------------------------
 
@@ -402,16 +396,25 @@ class MemoryService:
         return self._forget(agent, phone, before)
 
     def _forget(self, agent: str, phone: str, quiet_before: str | None) -> Forgotten | None:
+        """Journal, erase the rows and the vectors, end the journal, then the checkpoint. A
+        process killed anywhere in between leaves the journal row: finish_erasures completes
+        the forget at the next start-up."""
         erased: list[PersonErasure] = []
 
         def erase_rows() -> None:
             erased.append(self._store.forget_person(agent, phone, quiet_before=quiet_before))
+            self._hooks.reach("forget.rows_erased")
 
+        self._store.journal_erasure(agent, phone, quiet_before=quiet_before)
+        self._hooks.reach("forget.journaled")
         with self._people.hold((agent, phone)):
             try:
                 vectors = self._indexer.forget(agent, phone, erase_rows)
             except StillActive:
+                self._store.end_erasure(agent, phone)
                 return None  # raised before any vector was touched
+        self._hooks.reach("forget.vectors_erased")
+        self._store.end_erasure(agent, phone)
         # Outside every lock: the checkpoint may be held off by an outside reader, and nobody
         # else's turn or memory write may wait for that.
         self._store.checkpoint()
@@ -422,6 +425,26 @@ class MemoryService:
             summaries=erased[0].summaries,
             vectors=vectors,
         )
+
+    def finish_erasures(self) -> int:
+        """Finish the forgets a crash cut short (their journal rows). One whose rows were
+        not erased yet is done again in full (a quiet person's only if still quiet); one
+        whose rows were erased gets its vectors erased, and whatever the person stored since
+        then is queued for the indexer again, so it stays and is found. Returns how many."""
+        pending = self._store.pending_erasures()
+        for erasure in pending:
+            agent, phone = erasure.agent, erasure.phone
+            if not erasure.rows_erased:
+                self._forget(agent, phone, erasure.quiet_before)
+                continue
+            with self._people.hold((agent, phone)):
+                self._indexer.forget(agent, phone, lambda: None)
+                self._store.enqueue_person(agent, phone)
+            self._store.end_erasure(agent, phone)
+            self._store.checkpoint()
+        if pending:
+            log.warning("finished %d forgets that a stop had cut short", len(pending))
+        return len(pending)
 
     def close(self) -> None:
         self._searches.shutdown(wait=True)

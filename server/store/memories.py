@@ -83,12 +83,12 @@ class MemoryQueries(Queries):
         return Summary(text=row["text"], through_id=row["through_id"], updated_at=row["updated_at"])
 
     def put_summary(self, agent: str, phone: str, text: str, through_id: int | None) -> None:
-        with self._transaction() as conn:
+        with self._person_transaction(agent, phone) as conn:
             _put_summary(conn, agent, phone, text, through_id, self._now())
 
     def insert_memory(self, memory: Memory, *, actor: str) -> Memory:
         """Store a new memory, its 'create' history entry and its outbox row, atomically."""
-        with self._transaction() as conn:
+        with self._person_transaction(memory.agent, memory.phone) as conn:
             _insert_memory(conn, memory, actor)
         return memory
 
@@ -164,7 +164,7 @@ class MemoryQueries(Queries):
         values = {k: json.dumps(v) if k == "metadata" else v for k, v in changes.items()}
         values["updated_at"] = now
         assignments = ", ".join(f"{k} = ?" for k in values)
-        with self._transaction() as conn:
+        with self._person_transaction(memory.agent, memory.phone) as conn:
             cur = conn.execute(
                 f"UPDATE memories SET {assignments} WHERE id = ?", (*values.values(), memory.id)
             )
@@ -192,6 +192,8 @@ class MemoryQueries(Queries):
         now = self._now()
         deleted = 0
         with self._transaction() as conn:
+            for agent, phone in sorted({(m.agent, m.phone) for m in memories if m.phone}):
+                self._db.lock_person(conn, agent, phone)  # in one order: no deadlock
             for memory in memories:
                 if not conn.execute("DELETE FROM memories WHERE id = ?", (memory.id,)).rowcount:
                     continue
@@ -241,7 +243,7 @@ class MemoryQueries(Queries):
         and waiting (the person was forgotten meanwhile), nothing is written and None is
         returned, so nothing made from deleted turns can bring the person back."""
         now = self._now()
-        with self._transaction() as conn:
+        with self._person_transaction(agent, phone) as conn:
             if count_waiting(conn, agent, phone, from_turns) != len(set(from_turns)):
                 return None
             _put_summary(conn, agent, phone, summary, through_id, now)

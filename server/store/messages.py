@@ -23,9 +23,15 @@ class MessageQueries(Queries):
         created_at: str | None,
     ) -> tuple[int, bool]:
         """Store a turn and queue it for the indexer. Returns (id, stored); a known event_id
-        returns the first turn's id and stores nothing."""
+        returns the first turn's id and stores nothing.
+
+        A new user turn lifts the person's opt-out (STOP) in the same transaction, under the
+        person's lock, so a turn and an opt-out sent through two replicas resolve in the order
+        the database committed them, whatever their clocks say: an opt-out committed before
+        the turn is lifted, one committed after it stays. A turn given its own created_at (an
+        import of old turns) lifts only an opt-out made at or before that time."""
         now = self._now()
-        with self._transaction() as conn:
+        with self._person_transaction(agent, phone) as conn:
             if event_id is not None:
                 row = conn.execute(
                     "SELECT id FROM messages WHERE agent = ? AND event_id = ?", (agent, event_id)
@@ -48,6 +54,12 @@ class MessageQueries(Queries):
                 return int(row[0]), False
             message_id = int(row[0])
             enqueue(conn, "turn", str(message_id), agent, phone, now)
+            if role == "user":
+                conn.execute(
+                    "DELETE FROM opt_outs WHERE agent = ? AND phone = ?"
+                    " AND (CAST(? AS TEXT) IS NULL OR opted_out_at <= ?)",
+                    (agent, phone, created_at, created_at),
+                )
             return message_id, True
 
     def recent_turns(self, agent: str, phone: str, limit: int) -> list[Message]:
@@ -130,7 +142,7 @@ class MessageQueries(Queries):
     def archive_turns(self, agent: str, phone: str, through_id: int) -> list[int]:
         """Mark the person's waiting turns up to through_id archived and queue them for the
         indexer. Returns the archived ids."""
-        with self._transaction() as conn:
+        with self._person_transaction(agent, phone) as conn:
             return archive(conn, agent, phone, through_id, self._now())
 
     def people_to_compact(

@@ -9,7 +9,7 @@ class OptOutQueries(Queries):
     def record_opt_out(self, agent: str, phone: str) -> str:
         """Record that the person opted out, now, unless an opt-out is recorded already.
         Returns the recorded time: the first one, so a retried call answers the same."""
-        with self._transaction() as conn:
+        with self._person_transaction(agent, phone) as conn:
             conn.execute(
                 "INSERT INTO opt_outs (agent, phone, opted_out_at) VALUES (?, ?, ?)"
                 " ON CONFLICT (agent, phone) DO NOTHING",
@@ -29,13 +29,3 @@ class OptOutQueries(Queries):
             .fetchone()
         )
         return None if row is None else str(row[0])
-
-    def clear_opt_out(self, agent: str, phone: str, *, through: str) -> bool:
-        """Lift the person's opt-out if it was recorded at or before `through` (the time of a
-        user turn of theirs). True when one was lifted."""
-        with self._transaction() as conn:
-            lifted = conn.execute(
-                "DELETE FROM opt_outs WHERE agent = ? AND phone = ? AND opted_out_at <= ?",
-                (agent, phone, through),
-            ).rowcount
-        return int(lifted) > 0

@@ -98,6 +98,22 @@ class OutboxQueries(Queries):
                 )
         return queued
 
+    def enqueue_person(self, agent: str, phone: str) -> int:
+        """Queue every turn, memory and summary of one person for the indexer."""
+        now = self._now()
+        queued = 0
+        with self._person_transaction(agent, phone) as conn:
+            for kind, source in _SOURCES.items():
+                queued += int(
+                    conn.execute(
+                        "INSERT INTO outbox (kind, ref_id, agent, phone, enqueued_at)"
+                        f" SELECT ?, {source.ref}, agent, phone, ? FROM {source.table}"
+                        " WHERE agent = ? AND phone = ?",
+                        (kind, now, agent, phone),
+                    ).rowcount
+                )
+        return queued
+
     def enqueue_everything(self) -> int:
         """Queue every turn, memory and summary for the indexer (a rebuild for a new model)."""
         with self._transaction() as conn:

@@ -66,7 +66,7 @@ class RetentionQueries(Queries):
         queue for the indexer the deleted turns (their vectors go) and the turns within
         `window` of one (their keyword text is made again without it)."""
         now = self._now()
-        with self._transaction() as conn:
+        with self._person_transaction(agent, phone) as conn:
             turns = conn.execute(
                 "SELECT id, archived, created_at FROM messages WHERE agent = ? AND phone = ?"
                 " ORDER BY id",

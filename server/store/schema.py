@@ -216,6 +216,22 @@ SQLITE_MIGRATIONS: list[str] = [
     -- The retention sweep's archived turns older than a time, per agent, without a scan.
     CREATE INDEX messages_archived_age ON messages (agent, archived, created_at);
     """,
+    """
+    -- Forgets under way: journaled before the first row goes and removed once no file holds
+    -- the person, so one that a crash cut short is finished at the next start-up.
+    CREATE TABLE erasures (
+        agent TEXT NOT NULL,
+        phone TEXT NOT NULL,
+        quiet_before TEXT,
+        requested_at TEXT NOT NULL,
+        rows_erased INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (agent, phone)
+    );
+    -- Turns dated before the year 1000 were stored with fewer than four year digits
+    -- ('999-06-01T...'), which sort after every later time: padded to four.
+    UPDATE messages SET created_at = substr('000' || created_at, length(created_at) - 20)
+    WHERE length(created_at) < 24;
+    """,
 ]
 
 # The same versions. Ids come from identity columns, which PostgreSQL never hands out
@@ -349,5 +365,21 @@ POSTGRES_MIGRATIONS: list[str] = [
     );
     -- The retention sweep's archived turns older than a time, per agent, without a scan.
     CREATE INDEX messages_archived_age ON messages (agent, archived, created_at);
+    """,
+    """
+    -- Forgets under way: journaled before the first row goes and removed once no file holds
+    -- the person, so one that a crash cut short is finished at the next start-up.
+    CREATE TABLE erasures (
+        agent TEXT NOT NULL,
+        phone TEXT NOT NULL,
+        quiet_before TEXT,
+        requested_at TEXT NOT NULL,
+        rows_erased INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (agent, phone)
+    );
+    -- Turns dated before the year 1000 were stored with fewer than four year digits
+    -- ('999-06-01T...'), which sort after every later time: padded to four.
+    UPDATE messages SET created_at = substr('000' || created_at, length(created_at) - 20)
+    WHERE length(created_at) < 24;
     """,
 ]

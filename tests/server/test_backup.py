@@ -331,8 +331,9 @@ def test_restoring_an_older_schema_drops_the_later_tables_and_migrates_again(
     settings = make_settings(tmp_path / "data")
     Store.open(settings).close()
     # The database as version 4 left it (compaction_claims came with version 5, opt_outs and
-    # an index of messages with version 6).
+    # an index of messages with version 6, erasures with version 7).
     execute(settings, "DROP TABLE compaction_claims")
+    execute(settings, "DROP TABLE erasures")
     execute(settings, "DROP TABLE opt_outs")
     execute(settings, "DROP INDEX messages_archived_age")
     execute(settings, "DELETE FROM schema_migrations WHERE version >= 5")

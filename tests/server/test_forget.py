@@ -14,7 +14,7 @@ def data_files(folder: Path) -> list[Path]:
     return [p for p in folder.rglob("*") if p.is_file()]
 
 
-def assert_no_canary_in_lance(folder: Path) -> None:
+def assert_no_canary_in_lance(folder: Path, canary: str = CANARY) -> None:
     """Lance compresses strings, so read every file back, deleted rows included."""
     from lance.file import LanceFileReader
 
@@ -23,7 +23,7 @@ def assert_no_canary_in_lance(folder: Path) -> None:
     for path in files:
         table = LanceFileReader(str(path)).read_all().to_table()
         for column in table.columns:
-            assert CANARY not in str(column.to_pylist()), path
+            assert canary not in str(column.to_pylist()), path
 
 
 def test_forget_leaves_nothing(api: Api) -> None:

@@ -22,7 +22,7 @@ from embeddings.index import VectorIndex
 from server.app import create_app
 from server.cli import main
 from server.retention import Retention, Swept
-from server.store import Store
+from server.store import MIGRATIONS, Store
 from server.store.retention import ARCHIVED_BEFORE, QUIET_PEOPLE
 from tests.backends import execute, query, set_data_env
 from tests.conftest import AGENT, PHONE, Api, FakeClock, admin, assert_error, make_settings
@@ -387,7 +387,8 @@ def test_a_database_of_version_5_gains_the_opt_outs_table(tmp_path: Path) -> Non
     # The database as version 5 left it, with a turn.
     execute(settings, "DROP TABLE opt_outs")
     execute(settings, "DROP INDEX messages_archived_age")
-    execute(settings, "DELETE FROM schema_migrations WHERE version = 6")
+    execute(settings, "DROP TABLE erasures")  # (version 7)
+    execute(settings, "DELETE FROM schema_migrations WHERE version >= 6")
     execute(
         settings,
         "INSERT INTO messages (agent, phone, role, content, created_at, stored_at)"
@@ -397,7 +398,7 @@ def test_a_database_of_version_5_gains_the_opt_outs_table(tmp_path: Path) -> Non
     )
     store = Store.open(settings)
     try:
-        assert store.schema_version() == 6
+        assert store.schema_version() == len(MIGRATIONS)
         assert store.opted_out_at(AGENT, PHONE) is None
         assert store.record_opt_out(AGENT, PHONE)
         assert [m.content for m in store.all_messages(AGENT, PHONE)] == ["from version 5"]
