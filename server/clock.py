@@ -13,11 +13,12 @@ def utc_now() -> datetime:
 
 
 def format_time(moment: datetime) -> str:
-    """2026-03-01T09:14:00.000Z"""
+    """2026-03-01T09:14:00.000Z: always 24 characters (a four-digit year, which strftime's %Y
+    does not give before the year 1000), so stored times sort as text in time order."""
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     moment = moment.astimezone(UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    return f"{moment.year:04d}-{moment:%m-%dT%H:%M:%S}.{moment.microsecond // 1000:03d}Z"
 
 
 def parse_time(text: str) -> datetime:

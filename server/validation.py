@@ -42,11 +42,23 @@ def text_content(value: str, *, limit: int, what: str = "content") -> str:
     return value
 
 
-def timestamp(value: str, *, what: str = "created_at") -> str:
+# The years a stored time (a turn's created_at) may fall in: a chat turn dated outside them is
+# a client's bug (a zero timestamp, milliseconds read as seconds), refused rather than kept.
+EARLIEST_YEAR, LATEST_YEAR = 1900, 2200
+
+
+def timestamp(value: str, *, what: str = "created_at", stored: bool = False) -> str:
+    """An ISO 8601 time in the API's one format (UTC, milliseconds, Z). A time to be stored
+    (stored=True) must fall in the years 1900-2200; a filter may be any year."""
     try:
-        return normalise_time(value)
+        normalised = normalise_time(value)
     except (ValueError, OverflowError) as exc:
         raise InvalidInput(f"{what} must be an ISO 8601 time", "invalid_date") from exc
+    if stored and not EARLIEST_YEAR <= int(normalised[:4]) <= LATEST_YEAR:
+        raise InvalidInput(
+            f"{what} must fall in the years {EARLIEST_YEAR}-{LATEST_YEAR}", "invalid_date"
+        )
+    return normalised
 
 
 def one_line(value: str, *, limit: int) -> str:

@@ -46,7 +46,7 @@ def store_message(
     principal.require_write(agent)
     content = validation.text_content(body.content, limit=services.settings.max_message_chars)
     number = validation.phone_number(body.number, code="invalid_number") if body.number else None
-    created_at = validation.timestamp(body.created_at) if body.created_at else None
+    created_at = validation.timestamp(body.created_at, stored=True) if body.created_at else None
     message_id, stored = services.memory.remember(
         agent,
         phone,
