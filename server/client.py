@@ -16,9 +16,13 @@ Errors: every failure raises `MemoryServerError(status, code, message)`.
 - A non-2xx answer: the server's status, code and message from its error shape; code
   `http_error` when the body is not that shape (a proxy's page), the health check's status
   (`starting`) for /health while the server starts.
+- A call that cannot be sent: status 0, code `url_too_long` (its path and query over 65,536
+  characters, the most httpx sends: a context `query` that long, say; the server takes 4,000)
+  or `invalid_url` (another URL httpx refuses).
 - No answer after the retries: status 0, code `unreachable` (connection refused or reset, no
   such host) or `timeout`.
-- A 2xx answer that does not fit its model: its status, code `invalid_answer`.
+- An answer that cannot be read: code `invalid_answer`, with the status of a 2xx that does not
+  fit its model, or status 0 when httpx cannot decode the body (its Content-Encoding).
 
 Retries: idempotent calls (every GET, PUT and DELETE, the two searches, forget, opt-out, and
 remember with an event_id, which the server stores once) are retried up to `retries` times on
@@ -35,7 +39,8 @@ import functools
 import os
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Generic, ParamSpec, Self, TypeVar, overload
@@ -81,6 +86,8 @@ __all__ = ["AsyncMemoryClient", "MemoryClient", "MemoryServerError"]
 DEFAULT_URL = "http://127.0.0.1:8080"
 MAX_BACKOFF_S = 8.0
 MAX_RETRY_AFTER_S = 30.0
+# httpx builds no URL, and no part of one, longer than this (httpx.InvalidURL).
+MAX_URL_CHARS = 65_536
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -88,7 +95,7 @@ P = ParamSpec("P")
 
 
 class MemoryServerError(Exception):
-    """Any failure of a call: `status` (0 when no answer came), `code` and `message`."""
+    """Any failure of a call: `status` (0 when no answer was read), `code` and `message`."""
 
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(status, code, message)
@@ -454,6 +461,28 @@ def _no_answer(call: _Call[Any], url: str, error: httpx.TransportError) -> Memor
     return MemoryServerError(0, code, f"{call.method} {url}{call.path}: {detail}")
 
 
+def _unusable(call: _Call[Any], error: httpx.HTTPError | httpx.InvalidURL) -> MemoryServerError:
+    """httpx's failures other than a transport's: a URL it refuses to build, an answer whose
+    body it cannot decode."""
+    code = "invalid_url" if isinstance(error, httpx.InvalidURL) else "invalid_answer"
+    detail = str(error) or type(error).__name__
+    return MemoryServerError(0, code, f"{call.method} {call.path}: {detail}")
+
+
+def _check_length(call: _Call[Any]) -> None:
+    """url_too_long for a URL httpx would refuse, said before anything is sent. Shorter ones
+    go out: the server says what it makes of them (a 422 for a context query over 4,000
+    characters)."""
+    query = str(httpx.QueryParams(call.params))
+    length = len(call.path) + (len(query) + 1 if query else 0)
+    if length > MAX_URL_CHARS:
+        message = (
+            f"{call.method} {call.path}: its path and query would be {length:,} characters,"
+            f" over the {MAX_URL_CHARS:,} that can be sent"
+        )
+        raise MemoryServerError(0, "url_too_long", message)
+
+
 class _Endpoint(Generic[P, T]):
     """One endpoint on the clients: on MemoryClient a method answering T, on
     AsyncMemoryClient a method answering an awaitable of T."""
@@ -563,7 +592,19 @@ class _Client(ABC):
 
     @staticmethod
     def _request(call: _Call[Any]) -> dict[str, Any]:
+        """The arguments of build_request, once the call is known to fit in a URL."""
+        _check_length(call)
         return {"method": call.method, "url": call.path, "params": call.params, "json": call.body}
+
+    @staticmethod
+    @contextmanager
+    def _httpx_failures(call: _Call[Any]) -> Iterator[None]:
+        """httpx's other failures as MemoryServerError (a transport's is the retry loop's), so
+        that callers catch one exception type. httpx.InvalidURL is no httpx.HTTPError."""
+        try:
+            yield
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            raise _unusable(call, exc) from exc
 
 
 class MemoryClient(_Client):
@@ -587,18 +628,19 @@ class MemoryClient(_Client):
         )
 
     def _send(self, call: _Call[T]) -> T:
-        request = self._http.build_request(**self._request(call))
-        attempt = 0
-        while True:
-            try:
-                outcome: httpx.Response | httpx.TransportError = self._http.send(request)
-            except httpx.TransportError as exc:
-                outcome = exc
-            wait = self._wait(call, attempt, outcome)
-            if wait is None:
-                return self._answer(call, outcome)
-            self._sleep(wait)
-            attempt += 1
+        with self._httpx_failures(call):
+            request = self._http.build_request(**self._request(call))
+            attempt = 0
+            while True:
+                try:
+                    outcome: httpx.Response | httpx.TransportError = self._http.send(request)
+                except httpx.TransportError as exc:
+                    outcome = exc
+                wait = self._wait(call, attempt, outcome)
+                if wait is None:
+                    return self._answer(call, outcome)
+                self._sleep(wait)
+                attempt += 1
 
     def _sleep(self, seconds: float) -> None:
         time.sleep(seconds)
@@ -632,18 +674,19 @@ class AsyncMemoryClient(_Client):
         )
 
     async def _send(self, call: _Call[T]) -> T:
-        request = self._http.build_request(**self._request(call))
-        attempt = 0
-        while True:
-            try:
-                outcome: httpx.Response | httpx.TransportError = await self._http.send(request)
-            except httpx.TransportError as exc:
-                outcome = exc
-            wait = self._wait(call, attempt, outcome)
-            if wait is None:
-                return self._answer(call, outcome)
-            await self._sleep(wait)
-            attempt += 1
+        with self._httpx_failures(call):
+            request = self._http.build_request(**self._request(call))
+            attempt = 0
+            while True:
+                try:
+                    outcome: httpx.Response | httpx.TransportError = await self._http.send(request)
+                except httpx.TransportError as exc:
+                    outcome = exc
+                wait = self._wait(call, attempt, outcome)
+                if wait is None:
+                    return self._answer(call, outcome)
+                await self._sleep(wait)
+                attempt += 1
 
     async def _sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)

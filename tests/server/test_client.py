@@ -326,6 +326,59 @@ def test_an_answer_not_in_the_error_shape_still_raises_memory_server_error() -> 
     assert (odd.value.status, odd.value.code) == (200, "invalid_answer")
 
 
+def test_a_url_too_long_to_send_is_refused_before_it_is_sent(live: Server, agent_key: str) -> None:
+    """httpx builds no URL over 65,536 characters; a longer one is the client's own error,
+    by both clients. A shorter one goes out and the server says what it makes of it."""
+    phone, query = "+15550100014", "q" * 70_000
+    with Waits(live.base, agent_key) as client:
+        with pytest.raises(MemoryServerError) as long:
+            client.context(AGENT, phone, query=query)
+        assert (long.value.status, long.value.code) == (0, "url_too_long")
+        assert "65,536" in long.value.message and client.waits == []
+        with pytest.raises(MemoryServerError) as server:
+            client.context(AGENT, phone, query=query[:60_000])
+        assert (server.value.status, server.value.code) == (422, "invalid_request")
+
+    async def ask() -> MemoryServerError:
+        async with AsyncMemoryClient(live.base, agent_key) as memory:
+            with pytest.raises(MemoryServerError) as long:
+                await memory.context(AGENT, phone, query=query)
+            return long.value
+
+    assert asyncio.run(ask()).code == "url_too_long"
+    transport, seen = mock([httpx.Response(200, json={})])
+    with (
+        MemoryClient("http://memory.test", "k", transport=transport) as mocked,
+        pytest.raises(MemoryServerError),
+    ):
+        mocked.context(AGENT, phone, query=query)
+    assert seen == []  # nothing went out
+
+
+def test_an_answer_httpx_cannot_decode_raises_memory_server_error() -> None:
+    def garbled(_: httpx.Request) -> httpx.Response:
+        headers = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
+        return httpx.Response(200, headers=headers, stream=httpx.ByteStream(b"not gzip"))
+
+    transport, seen = mock(garbled)
+    with (
+        MemoryClient("http://memory.test", "k", transport=transport) as client,
+        pytest.raises(MemoryServerError) as sync,
+    ):
+        client.list_keys()
+
+    async def call() -> None:
+        async with AsyncMemoryClient("http://memory.test", "k", transport=transport) as client:
+            await client.list_keys()
+
+    with pytest.raises(MemoryServerError) as async_:
+        asyncio.run(call())
+    for error in (sync.value, async_.value):
+        assert (error.status, error.code) == (0, "invalid_answer")
+        assert error.message.startswith("GET /v1/keys: ")
+    assert len(seen) == 2  # not retried: the answer came
+
+
 def test_phones_travel_url_encoded_with_the_key() -> None:
     transport, seen = mock([httpx.Response(201, json={"id": 1, "stored": True})])
     with MemoryClient("http://memory.test/", "secret-key", transport=transport) as client:
