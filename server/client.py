@@ -15,7 +15,10 @@ request and how they sleep between attempts; an async method returns an awaitabl
 Errors: every failure raises `MemoryServerError(status, code, message)`.
 - A non-2xx answer: the server's status, code and message from its error shape; code
   `http_error` when the body is not that shape (a proxy's page), the health check's status
-  (`starting`) for /health while the server starts.
+  (`starting`) for /health while the server starts. An answer the server gives before it has
+  read the whole request (413 `body_too_large` for a body over MEMORY_MAX_BODY_BYTES) is that
+  answer too, and is not retried (the async client over https may still lose it: see "hearing
+  an answer" below).
 - A call that cannot be sent: status 0, code `url_too_long` (its path and query over 65,536
   characters, the most httpx sends: a context `query` that long, say; the server takes 4,000)
   or `invalid_url` (another URL httpx refuses).
@@ -39,14 +42,18 @@ import functools
 import os
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Coroutine, Iterator
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Generic, ParamSpec, Self, TypeVar, overload
 from urllib.parse import quote
 
+import anyio
+import httpcore
 import httpx
+from anyio.abc import TaskStatus
 from pydantic import BaseModel, ValidationError
 
 from server.schemas import (
@@ -483,6 +490,134 @@ def _check_length(call: _Call[Any]) -> None:
         raise MemoryServerError(0, "url_too_long", message)
 
 
+# -- hearing an answer the server gives before the request's end -------------------------------
+#
+# The server answers some requests before it has read their body, and closes the connection:
+# 413 for a body over its limit (also 401 without a live key, 408, 503 overloaded). The client
+# is then still sending, and its write fails. httpcore reads the answer after a failed write,
+# and the sync transport finds it (the kernel keeps it). Over asyncio it is gone: anyio's stream
+# reads only while a read is awaited, and asyncio closes the socket as soon as a write fails,
+# with the answer unread. The async client took the 413 for an unreachable server (ReadError)
+# and, for an idempotent call, sent the whole body again on each retry. So the async client's
+# connections listen while they write, and keep what they hear for the response.
+
+_READ_SIZE = 64 * 1024
+
+
+class _ListeningStream(httpcore.AsyncNetworkStream):
+    """A connection that reads while it writes; what it read comes first at the next reads."""
+
+    def __init__(self, stream: httpcore.AsyncNetworkStream) -> None:
+        self._stream = stream
+        self._heard: deque[bytes] = deque()
+        self._ended = False  # the server closed, or the connection broke: nothing more to hear
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        if not self._heard:
+            return await self._stream.read(max_bytes, timeout)
+        data = self._heard.popleft()
+        if len(data) > max_bytes:
+            self._heard.appendleft(data[max_bytes:])
+        return data[:max_bytes]
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if not buffer:
+            return
+        async with anyio.create_task_group() as group:
+            if not self._ended:
+                # Listening before the first byte goes: asyncio runs the read callbacks of an
+                # event loop turn before its write callbacks, so what arrived before a write
+                # fails is read first, but only if the read was asked for in an earlier turn.
+                await group.start(self._listen)
+            # Raised outside the task group, which would wrap it in an ExceptionGroup.
+            failure = await _failure_of(self._stream.write(buffer, timeout))
+            group.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+
+    async def _listen(self, *, task_status: TaskStatus[None]) -> None:
+        """Reads until the write is over (cancelled then) or the server closes."""
+        task_status.started()  # the read below asks for data before this task first waits
+        while not self._ended:
+            try:
+                data = await self._stream.read(_READ_SIZE)
+            except httpcore.ReadError:
+                self._ended = True  # the next read meets the broken connection itself
+                return
+            self._heard.append(data)
+            self._ended = not data
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def start_tls(
+        self,
+        ssl_context: Any,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        # Not wrapped: anyio's TLS stream sends from a read (pending TLS records), and two
+        # tasks sending at once on one socket is an error. Over TLS an early answer can still
+        # be lost.
+        return await self._stream.start_tls(ssl_context, server_hostname, timeout)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+async def _failure_of(work: Awaitable[None]) -> Exception | None:
+    try:
+        await work
+    except Exception as exc:
+        return exc
+    return None
+
+
+class _ListeningBackend(httpcore.AsyncNetworkBackend):
+    """httpcore's anyio backend, with connections that listen while they write."""
+
+    def __init__(self) -> None:
+        self._backend = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        stream = await self._backend.connect_tcp(host, port, timeout, local_address, socket_options)
+        return _ListeningStream(stream)
+
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.AsyncNetworkStream:
+        stream = await self._backend.connect_unix_socket(path, timeout, socket_options)
+        return _ListeningStream(stream)
+
+    async def sleep(self, seconds: float) -> None:
+        await self._backend.sleep(seconds)
+
+
+_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)  # httpx's default
+
+
+def _listening_transport() -> httpx.AsyncHTTPTransport:
+    """httpx's async transport, on connections that listen while they write."""
+    ssl_context = httpx.create_ssl_context()  # some 20 ms: made once for both
+    transport = httpx.AsyncHTTPTransport(verify=ssl_context, limits=_LIMITS)
+    # httpx takes no network backend: the pool it made is made again, the same but for ours.
+    transport._pool = httpcore.AsyncConnectionPool(
+        ssl_context=ssl_context,
+        max_connections=_LIMITS.max_connections,
+        max_keepalive_connections=_LIMITS.max_keepalive_connections,
+        keepalive_expiry=_LIMITS.keepalive_expiry,
+        network_backend=_ListeningBackend(),
+    )
+    return transport
+
+
 class _Endpoint(Generic[P, T]):
     """One endpoint on the clients: on MemoryClient a method answering T, on
     AsyncMemoryClient a method answering an awaitable of T."""
@@ -656,7 +791,9 @@ class MemoryClient(_Client):
 
 
 class AsyncMemoryClient(_Client):
-    """MemoryClient for asyncio: the same methods, each returning an awaitable."""
+    """MemoryClient for asyncio: the same methods, each returning an awaitable. Its own
+    transport (when none is given) hears an answer the server sends before the request's end,
+    as MemoryClient's does (see "hearing an answer" above)."""
 
     def __init__(
         self,
@@ -670,7 +807,10 @@ class AsyncMemoryClient(_Client):
     ) -> None:
         super().__init__(base_url, api_key, retries, backoff)
         self._http = httpx.AsyncClient(
-            base_url=self.base_url, headers=self._headers, timeout=timeout, transport=transport
+            base_url=self.base_url,
+            headers=self._headers,
+            timeout=timeout,
+            transport=transport if transport is not None else _listening_transport(),
         )
 
     async def _send(self, call: _Call[T]) -> T:

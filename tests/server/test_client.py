@@ -88,6 +88,17 @@ class Waits(MemoryClient):
         self.waits.append(seconds)
 
 
+class AsyncWaits(AsyncMemoryClient):
+    """An AsyncMemoryClient that records its waits between attempts instead of sleeping."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.waits: list[float] = []
+
+    async def _sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+
+
 class LosesAnswers(httpx.BaseTransport, httpx.AsyncBaseTransport):
     """Sends every request to the real server, but the first `lose` answers are replaced by a
     503 (as a proxy answers when the server was slow: the server did the work). Counts requests."""
@@ -326,6 +337,43 @@ def test_an_answer_not_in_the_error_shape_still_raises_memory_server_error() -> 
     assert (odd.value.status, odd.value.code) == (200, "invalid_answer")
 
 
+def test_a_body_over_the_limit_is_a_413_from_both_clients_sent_once(
+    live: Server, agent_key: str
+) -> None:
+    """The server answers 413 before it reads a body over MEMORY_MAX_BODY_BYTES (1 MiB) and
+    closes the connection while the client is still sending it. Both clients report that
+    answer, and neither sends the body again (a remember with an event_id is retried on a
+    connection error)."""
+    phone, big = "+15550100009", "x" * 5_000_000
+
+    def calls(memory: MemoryClient | AsyncMemoryClient) -> list[Callable[[], Any]]:
+        return [
+            lambda: memory.remember(AGENT, phone, "user", big, event_id="big-1"),
+            lambda: memory.add_memory(AGENT, big, phone),
+        ]
+
+    with Waits(live.base, agent_key) as client:
+        for call in calls(client):
+            with pytest.raises(MemoryServerError) as refused:
+                call()
+            assert (refused.value.status, refused.value.code) == (413, "body_too_large")
+    assert client.waits == []
+
+    async def send() -> list[tuple[int, str]]:
+        errors = []
+        async with AsyncWaits(live.base, agent_key) as memory:
+            for call in calls(memory):
+                with pytest.raises(MemoryServerError) as refused:
+                    await call()
+                errors.append((refused.value.status, refused.value.code))
+            assert memory.waits == []
+        return errors
+
+    assert asyncio.run(send()) == [(413, "body_too_large")] * 2
+    stored = raw_export(live, phone)
+    assert (stored["messages"], stored["memories"]) == ([], [])
+
+
 def test_a_url_too_long_to_send_is_refused_before_it_is_sent(live: Server, agent_key: str) -> None:
     """httpx builds no URL over 65,536 characters; a longer one is the client's own error,
     by both clients. A shorter one goes out and the server says what it makes of it."""
@@ -531,19 +579,15 @@ def test_async_client_round_trip(live: Server, agent_key: str) -> None:
 
 
 def test_async_connection_refused_is_retried_then_raised() -> None:
-    waits: list[float] = []
-
-    class AsyncWaits(AsyncMemoryClient):
-        async def _sleep(self, seconds: float) -> None:
-            waits.append(seconds)
+    client = AsyncWaits(f"http://127.0.0.1:{free_port()}", retries=2)
 
     async def call() -> None:
-        async with AsyncWaits(f"http://127.0.0.1:{free_port()}", retries=2) as client:
+        async with client:
             await client.health()
 
     with pytest.raises(MemoryServerError) as refused:
         asyncio.run(call())
-    assert (refused.value.code, waits) == ("unreachable", [0.25, 0.5])
+    assert (refused.value.code, client.waits) == ("unreachable", [0.25, 0.5])
 
 
 # -- configuration -----------------------------------------------------------------------------
