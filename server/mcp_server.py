@@ -7,7 +7,9 @@ Two ways in, one set of tools:
   caller's own bearer key, through the same HTTP routes in-process.
 
 Either way the tools are plain API calls: keys, scopes, validation and errors are the server's,
-and a server error becomes an MCP tool error (the session goes on).
+and every failure of a call (a MemoryServerError: the server's error, a call the client cannot
+send, no answer) becomes an MCP tool error that says its status, code and message, logged
+without a traceback (the session goes on).
 """
 
 from __future__ import annotations
@@ -228,11 +230,15 @@ class HttpEndpoint:
         import httpx
 
         secret = _bearer((ctx.headers or {}).get("authorization", ""))
+        # An unexpected error in a route is logged by the app's handler, which answers 500 in
+        # the error shape; that answer is the tool's error. Raised into the tool instead, it
+        # would reach the caller as "Error executing tool" and be logged a second time.
+        transport = httpx.ASGITransport(app=self._app, raise_app_exceptions=False)
         return AsyncMemoryClient(
             "http://memory-server",
             secret or "",  # never None: that would mean "MEMORY_API_KEY of this process"
             retries=0,
-            transport=httpx.ASGITransport(app=self._app),
+            transport=transport,
         )
 
 

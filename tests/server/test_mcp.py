@@ -4,9 +4,10 @@ HTTP, driven by the official SDK's own client; then the stored rows, read over t
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -15,12 +16,16 @@ import anyio
 import httpx
 import httpx2
 import pytest
+from fastapi.testclient import TestClient
 from mcp import Client
-from mcp.client.stdio import StdioServerParameters
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests.conftest import ADMIN_KEY
+from embeddings.encoder import Vectors
+from server.app import create_app
+from tests.conftest import ADMIN_KEY, make_settings
+from tests.fakes import HashEncoder
 from tests.live import ROOT, Server
 
 AGENT = "mcp-bot"
@@ -32,11 +37,16 @@ TOOLS = {"remember", "get_context", "search_memories", "add_memory"}
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     server = Server(tmp_path_factory.mktemp("mcp") / "data")
-    server.start()
+    server.start(stderr=_log_of(server))
     try:
         yield server
     finally:
         server.stop()
+
+
+def _log_of(server: Server) -> Path:
+    """Where the live server's stderr (its log, at warning and above) goes."""
+    return server.data_dir.parent / "server.log"
 
 
 def _admin_headers() -> dict[str, str]:
@@ -59,7 +69,10 @@ def _make_key(server: Server, agent: str) -> tuple[str, str]:
 
 
 @asynccontextmanager
-async def _stdio(server: Server, key: str | None) -> AsyncIterator[Client]:
+async def _stdio(
+    server: Server, key: str | None, errlog: Path | None = None
+) -> AsyncIterator[Client]:
+    """`memory-server mcp` in a subprocess; its stderr (its log) to errlog, when given."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HF_HUB_OFFLINE": "1",
@@ -72,8 +85,13 @@ async def _stdio(server: Server, key: str | None) -> AsyncIterator[Client]:
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "server", "mcp"], env=env, cwd=str(ROOT)
     )
-    async with Client(params, read_timeout_seconds=60) as client:
-        yield client
+    if errlog is None:
+        async with Client(params, read_timeout_seconds=60) as client:
+            yield client
+        return
+    with errlog.open("a") as log:
+        async with Client(stdio_client(params, errlog=log), read_timeout_seconds=60) as client:
+            yield client
 
 
 @asynccontextmanager
@@ -204,6 +222,65 @@ def test_tools_remember_and_recall(live: Server, transport: str, phone: str) -> 
             await _refusals(client, phone)
 
     anyio.run(scenario)
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_call_that_fails_is_a_tool_error_that_says_why(
+    live: Server, transport: str, tmp_path: Path
+) -> None:
+    """A call the client cannot send (a 70,000-character query: no URL holds it) is a tool
+    error with its status, code and message, as is a body over the server's limit (over stdio;
+    over HTTP the whole /mcp message is refused 413). No traceback is logged for either."""
+    key = _agent_key(live, AGENT)
+    log = tmp_path / "bridge.log" if transport == "stdio" else _log_of(live)
+    logged_before = log.stat().st_size if log.exists() else 0
+    asked = {"agent": AGENT, "phone": PHONE}
+
+    async def scenario() -> None:
+        connect = _stdio(live, key, log) if transport == "stdio" else _http(live, key)
+        async with connect as client:
+            long = await client.call_tool("get_context", {**asked, "query": "q" * 70_000})
+            assert "memory server error 0 url_too_long" in _error_text(long)
+            assert "65,536" in _error_text(long)
+            if transport == "stdio":
+                turn = {**asked, "role": "user", "content": "x" * 5_000_000, "event_id": "big"}
+                big = await client.call_tool("remember", turn)
+                assert "memory server error 413 body_too_large" in _error_text(big)
+            assert not (await client.call_tool("get_context", asked)).is_error
+
+    anyio.run(scenario)
+    logged = log.read_text()[logged_before:] if log.exists() else ""
+    assert "Traceback" not in logged and "Error executing tool" not in logged
+
+
+class BrokenEncoder(HashEncoder):
+    """Fails on a text with "poison" in it, as a model that crashes would."""
+
+    def encode(self, texts: Sequence[str]) -> Vectors:
+        if any("poison" in text for text in texts):
+            raise RuntimeError("the encoder broke")
+        return super().encode(texts)
+
+
+def test_http_endpoint_reports_a_server_error_as_a_tool_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An unexpected error in the route a tool calls is a 500 in the error shape: the tool
+    error says so, and the server logs the traceback once, not again as a tool crash."""
+    settings = make_settings(tmp_path / "data")
+    app = create_app(
+        settings, encoder_factory=lambda model: BrokenEncoder(model), run_workers=False
+    )
+    search = {"name": "search_memories", "arguments": {"agent": AGENT, "query": "poison"}}
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": search}
+    headers = {**_admin_headers(), "Accept": "application/json, text/event-stream"}
+    with TestClient(app) as client, caplog.at_level(logging.INFO):
+        answer = client.post("/mcp", json=message, headers=headers)
+    assert answer.status_code == 200, answer.text
+    result = answer.json()["result"]
+    assert result["isError"] is True
+    assert "memory server error 500 internal_error" in result["content"][0]["text"]
+    assert [r.name for r in caplog.records if r.exc_info] == ["server.errors"]
 
 
 def test_stdio_bridge_with_a_wrong_key_answers_tool_errors(live: Server) -> None:
