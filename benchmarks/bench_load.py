@@ -15,6 +15,13 @@ With --soak-memories SECONDS the clients instead add memories for that long (eve
 one is read back and searched for), and every --sample-s seconds the server's RSS and the
 LanceDB manifests on disk are sampled: does memory level off under steady memory writes?
 
+With --soak-bursts SECONDS the clients instead send bursts of --burst-requests requests
+(--burst-clients at a time: contexts, message lists, turns, /health, memory searches), each
+followed by --gap-s idle seconds, longer than the server keeps an idle worker thread; after
+every burst and at the end of every gap, each replica's open files, threads, RSS, connections
+to PostgreSQL and read pool (/health) are sampled, and the database's sessions: do they stay
+flat from burst to burst, or does each burst after a pause open new connections?
+
 Run with:
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_load.py --people 1000 --turns 50 \
         --clients 4 --out benchmarks/results
@@ -22,6 +29,8 @@ Run with:
         --clients 4 --searches 100 --database postgresql --replicas 2 --out DIR
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_load.py --soak-memories 900 \
         --clients 4 --out benchmarks/results
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_load.py --soak-bursts 600 \
+        --database postgresql --out benchmarks/results
 """
 
 from __future__ import annotations
@@ -241,14 +250,26 @@ class Database:
 
     def session_pids(self) -> list[int]:
         """Process ids of the database's sessions now (the servers' connections)."""
+        sql = "SELECT pid FROM pg_stat_activity WHERE datname = %s"
+        rows = self._watch().execute(sql, (self.name,)).fetchall()
+        return [int(row[0]) for row in rows]
+
+    def client_sessions(self) -> int:
+        """The database's client sessions now: the servers' connections (not autovacuum's
+        workers, nor this benchmark's own, which is on the admin database anyway)."""
+        sql = (
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
+            " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+        )
+        row = self._watch().execute(sql, (self.name,)).fetchone()
+        return int(row[0])
+
+    def _watch(self) -> Any:
         import psycopg
 
         if self._sessions is None:
             self._sessions = psycopg.connect(self.admin_url, autocommit=True)
-        rows = self._sessions.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = %s", (self.name,)
-        ).fetchall()
-        return [int(row[0]) for row in rows]
+        return self._sessions
 
     def _admin(self, sql: str) -> None:
         import psycopg
@@ -817,6 +838,339 @@ def run_soak(args: argparse.Namespace, argv: list[str] | None) -> int:
     return 0
 
 
+BURST_MIX = ("build context", "list messages", "store turn", "health", "search memories")
+BURST_PEOPLE = 20  # the people a burst's requests are about, in turn
+# What must not grow from burst to burst, per replica, besides the database's sessions (RSS is
+# reported, not judged: caches fill up to their bounds).
+FLAT = ("fds", "threads", "pool_open", "pg_connections")
+JUDGED_FROM = 6  # bursts: fewer are too few to tell a rise from the start-up
+COUNTER_NAMES = {
+    "pg_sessions": "PG sessions (the database's)",
+    "fds": "open files",
+    "threads": "threads",
+    "rss_mib": "RSS MiB",
+    "pg_connections": "PG connections",
+    "pool_open": "read pool open",
+}
+
+
+def burst_request(kind: str, n: int, burst: int, rng: random.Random) -> tuple[int, str, str, Any]:
+    """A burst's `n`th request: (the status of success, method, URL, JSON body or None)."""
+    phone = phone_of(n % BURST_PEOPLE)
+    person = f"/v1/agents/{AGENT}/people/{phone}"
+    words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 20)))
+    if kind == "build context":
+        return 200, "GET", f"{person}/context", None
+    if kind == "list messages":
+        return 200, "GET", f"{person}/messages", None
+    if kind == "store turn":
+        turn = {"role": "user", "content": words, "event_id": f"b{burst}-{n}"}
+        return 201, "POST", f"{person}/messages", turn
+    if kind == "health":
+        return 200, "GET", "/health", None
+    query = {"query": words, "phone": phone, "threshold": 0.0, "limit": 5}
+    return 200, "POST", f"/v1/agents/{AGENT}/memories/search", query
+
+
+class BurstSampler:
+    """Each replica's open file descriptors, threads, RSS, connections to PostgreSQL (its TCP
+    sockets to the database's port) and read pool (its /health), and the database's client
+    sessions, at one moment; every answer so far, and how many were not 2xx."""
+
+    def __init__(self, cluster: Cluster, answers: Answers) -> None:
+        import psutil
+
+        self.cluster = cluster
+        self.answers = answers
+        self.samples: list[dict[str, Any]] = []
+        self._processes = {r.number: psutil.Process(r.pid) for r in cluster.replicas}
+        database = cluster.database
+        self._pg_port = (urlsplit(database.url).port or 5432) if database else None
+        self._started = time.monotonic()
+
+    def sample(self, burst: int, phase: str) -> dict[str, Any]:
+        """Read now: `phase` is start (before the first burst), burst (just after one) or gap
+        (at the end of the idle gap after it)."""
+        seconds = time.monotonic() - self._started
+        replicas = [self._replica(number) for number in self._processes]
+        database = self.cluster.database
+        sample = {
+            "burst": burst,
+            "phase": phase,
+            "s": round(seconds, 1),
+            "requests": sum(self.answers.values()),
+            "non_2xx": sum(n for (_, _, status), n in self.answers.items() if not _ok(status)),
+            "pg_sessions": database.client_sessions() if database else None,
+            "replicas": replicas,
+        }
+        self.samples.append(sample)
+        tqdm.write(_sample_line(sample), file=sys.stderr)
+        return sample
+
+    def _replica(self, number: int) -> dict[str, Any]:
+        process = self._processes[number]
+        reading: dict[str, Any] = {
+            "replica": number,
+            "fds": process.num_fds(),
+            "threads": process.num_threads(),
+            "rss_mib": round(process.memory_info().rss / 2**20, 1),
+            "pg_connections": None,
+        }
+        if self._pg_port is not None:
+            reading["pg_connections"] = sum(
+                1
+                for c in process.net_connections(kind="tcp")
+                if c.raddr and c.raddr.port == self._pg_port
+            )
+        # After the process's own counters: the /health request's socket is not among them.
+        replica = self.cluster.replicas[number - 1]
+        try:
+            pool = replica.health()["connections"]
+        except (httpx.HTTPError, ValueError, KeyError) as exc:
+            pool = {"error": type(exc).__name__}
+        reading["pool"] = pool
+        reading["pool_open"] = pool.get("open")
+        reading["pool_in_use"] = pool.get("in_use")
+        return reading
+
+
+def _sample_line(sample: dict[str, Any]) -> str:
+    sessions = "" if sample["pg_sessions"] is None else f"  {sample['pg_sessions']} PG sessions"
+    replicas = "; ".join(
+        f"[{r['replica']}] {r['fds']} fds {r['threads']} threads {r['rss_mib']:.0f} MiB"
+        f" pool {r['pool_open']} open {r['pool_in_use']} in use"
+        for r in sample["replicas"]
+    )
+    return (
+        f"{sample['s']:7.0f} s  burst {sample['burst']:3d} {sample['phase']:5s}"
+        f"  {sample['non_2xx']} non-2xx{sessions}  {replicas}"
+    )
+
+
+async def soak_bursts(
+    cluster: Cluster, key: str, answers: Answers, args: argparse.Namespace, sampler: BurstSampler
+) -> list[tuple[Series, float]]:
+    """Bursts of requests, each followed by an idle gap, for --soak-bursts seconds (at least
+    one); sampled after every burst and at the end of every gap. Returns each series of
+    requests with the seconds it ran in (the bursts' together, without the gaps)."""
+    series = {kind: Series(kind) for kind in BURST_MIX}
+    seeded = Series("add memory")
+    rng = random.Random(args.seed)
+    busy_s = 0.0
+    async with Balancer(cluster.replicas, key, answers, args.burst_clients) as balancer:
+        started = time.monotonic()
+        for person in range(BURST_PEOPLE):  # so that the searches find something
+            body = {"content": f"likes {rng.choice(WORDS)}", "phone": phone_of(person)}
+            await balancer.send(seeded, 201, "POST", f"/v1/agents/{AGENT}/memories", json=body)
+        seed_s = time.monotonic() - started
+        sampler.sample(0, "start")
+        deadline = time.monotonic() + args.soak_bursts
+        burst = 0
+        while burst == 0 or time.monotonic() < deadline:
+            burst += 1
+            started = time.monotonic()
+            await _burst(balancer, series, burst, args, rng)
+            busy_s += time.monotonic() - started
+            sampler.sample(burst, "burst")
+            await asyncio.sleep(args.gap_s)
+            sampler.sample(burst, "gap")
+    return [(seeded, seed_s), *((s, busy_s) for s in series.values())]
+
+
+async def _burst(
+    balancer: Balancer,
+    series: dict[str, Series],
+    burst: int,
+    args: argparse.Namespace,
+    rng: random.Random,
+) -> None:
+    at_once = asyncio.Semaphore(args.burst_clients)
+
+    async def one(n: int) -> None:
+        kind = BURST_MIX[n % len(BURST_MIX)]
+        ok, method, url, body = burst_request(kind, n, burst, rng)
+        async with at_once:
+            await balancer.send(series[kind], ok, method, url, json=body)
+
+    await asyncio.gather(*(one(n) for n in range(args.burst_requests)))
+
+
+def _values(samples: list[dict[str, Any]], phase: str, number: int, counter: str) -> list[Any]:
+    """A counter of one replica over the bursts, as sampled in `phase`."""
+    return [
+        r[counter]
+        for s in samples
+        if s["phase"] == phase
+        for r in s["replicas"]
+        if r["replica"] == number
+    ]
+
+
+def burst_summary(samples: list[dict[str, Any]], numbers: list[int]) -> dict[str, Any]:
+    """Each counter (per replica; PostgreSQL's sessions for the database) after a burst and
+    after a gap: the first burst's value, the last's and the largest; and which grew: every
+    value in the last third of the bursts above every value in the first third (a steady rise,
+    not one busy moment). Fewer than JUDGED_FROM bursts are not judged (flat is None)."""
+    series: list[tuple[str, int | None, str, list[Any]]] = []
+    for phase in ("burst", "gap"):
+        sessions = [s["pg_sessions"] for s in samples if s["phase"] == phase]
+        series.append(("pg_sessions", None, phase, sessions))
+        for number in numbers:
+            for counter in ("fds", "threads", "rss_mib", "pg_connections", "pool_open"):
+                series.append((counter, number, phase, _values(samples, phase, number, counter)))
+    bursts = sum(1 for s in samples if s["phase"] == "burst")
+    rows = []
+    for counter, replica, phase, values in series:
+        if not values or None in values:
+            continue  # (not on SQLite; or a /health that did not answer)
+        third = max(1, len(values) // 3)
+        judged = counter == "pg_sessions" or counter in FLAT
+        grew = judged and bursts >= JUDGED_FROM and min(values[-third:]) > max(values[:third])
+        rows.append(
+            {
+                "counter": counter,
+                "replica": replica,
+                "after": phase,
+                "first": values[0],
+                "last": values[-1],
+                "max": max(values),
+                "grew": grew,
+            }
+        )
+    grew_rows = [_counter_name(r, numbers) + f" after a {r['after']}" for r in rows if r["grew"]]
+    flat = None if bursts < JUDGED_FROM else not grew_rows
+    return {"counters": rows, "grew": grew_rows, "flat": flat}
+
+
+def _counter_name(row: dict[str, Any], numbers: list[int]) -> str:
+    name = COUNTER_NAMES[row["counter"]]
+    return f"{name}, replica {row['replica']}" if len(numbers) > 1 and row["replica"] else name
+
+
+def render_bursts(samples: list[dict[str, Any]]) -> str:
+    """One row per burst and replica; each cell: just after the burst / at the end of the gap
+    after it (the start row: before the first burst)."""
+    lines = [
+        "| burst | time s | replica | open files | threads | RSS MiB | PG sessions"
+        " | PG connections | pool open | pool in use | non-2xx |",
+        "|" + " --- |" * 11,
+    ]
+    pairs: dict[int, list[dict[str, Any]]] = {}
+    for sample in samples:
+        pairs.setdefault(sample["burst"], []).append(sample)
+    for burst, pair in pairs.items():
+        sessions = " / ".join(_shown(s["pg_sessions"]) for s in pair)
+        for index, replica in enumerate(pair[0]["replicas"]):
+            keys = ("fds", "threads", "rss_mib", "pg_connections", "pool_open", "pool_in_use")
+            fds, threads, rss, connections, pool_open, in_use = (
+                " / ".join(_shown(s["replicas"][index][key]) for s in pair) for key in keys
+            )
+            lines.append(
+                f"| {burst or 'start'} | {pair[0]['s']:.0f} | {replica['replica']} | {fds} |"
+                f" {threads} | {rss} | {sessions} | {connections} | {pool_open} | {in_use} |"
+                f" {pair[-1]['non_2xx']} |"
+            )
+    return "\n".join(lines)
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.0f}" if isinstance(value, float) else str(value)
+
+
+def render_burst_summary(summary: dict[str, Any], numbers: list[int]) -> str:
+    """The first burst against the last, and the largest, of each counter (each cell: after
+    the burst / after the gap); then the verdict."""
+    lines = ["| counter | first burst | last burst | max |", "|" + " --- |" * 4]
+    pairs: dict[tuple[str, int | None], dict[str, dict[str, Any]]] = {}
+    for row in summary["counters"]:
+        pairs.setdefault((row["counter"], row["replica"]), {})[row["after"]] = row
+    for pair in pairs.values():
+        cells = (
+            " / ".join(_shown(pair[phase][key]) for phase in ("burst", "gap") if phase in pair)
+            for key in ("first", "last", "max")
+        )
+        name = _counter_name(next(iter(pair.values())), numbers)
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if summary["flat"] is None:
+        verdict = f"Too few bursts to judge (fewer than {JUDGED_FROM})."
+    elif summary["flat"]:
+        verdict = "Flat: no counter rose from the first third of the bursts to the last."
+    else:
+        grew = "; ".join(summary["grew"])
+        verdict = f"GREW from the first third of the bursts to the last: {grew}."
+    return "\n".join(lines) + "\n\n" + verdict
+
+
+def run_bursts(args: argparse.Namespace, argv: list[str] | None) -> int:
+    answers: Answers = Counter()
+    with (
+        sigterm_unwinds(),
+        Cluster(
+            args.replicas, args.database, args.model, args.pg_admin_url, args.keep_data
+        ) as cluster,
+    ):
+        roles_at_start = cluster.settle_roles()
+        key = cluster.make_key(f"agent:{AGENT}")
+        sampler = BurstSampler(cluster, answers)
+        series = asyncio.run(soak_bursts(cluster, key, answers, args, sampler))
+        roles_at_end = cluster.roles()
+        cpu_by_replica = {r.number: _cpu_s(r.pid) for r in cluster.replicas}
+
+    samples = sampler.samples
+    numbers = [r.number for r in cluster.replicas]
+    summary = burst_summary(samples, numbers)
+    peaks = {
+        n: max(rss for p in ("start", "burst", "gap") for rss in _values(samples, p, n, "rss_mib"))
+        for n in numbers
+    }
+    replicas = replica_rows(cluster, answers, (roles_at_start, roles_at_end), peaks, cpu_by_replica)
+    broke = what_broke(cluster, answers, roles_at_start, 0)
+    rows = [s.row(seconds) for s, seconds in series]
+    bursts = samples[-1]["burst"]
+    result = {
+        "command": "benchmarks/bench_load.py " + " ".join(argv or sys.argv[1:]),
+        "model": args.model,
+        "database": cluster.engine,
+        "database_name": cluster.database.name if cluster.database else None,
+        "replicas": args.replicas,
+        "burst_requests": args.burst_requests,
+        "burst_clients": args.burst_clients,
+        "gap_s": args.gap_s,
+        "seconds": samples[-1]["s"],
+        "bursts": bursts,
+        "requests": samples[-1]["requests"],
+        "non_2xx": samples[-1]["non_2xx"],
+        **summary,
+        "samples": samples,
+        "cpus": os.cpu_count(),
+        "load_average_at_end": [round(n, 2) for n in os.getloadavg()],
+        "results": rows,
+        "replica_results": replicas,
+        "failures": failures(answers),
+        "broke": broke,
+    }
+    engine = "PostgreSQL" if cluster.database else "SQLite"
+    servers = f"{args.replicas} replica{'s' if args.replicas > 1 else ''} on {engine}"
+    table = (
+        render_bursts(samples)
+        + f"\n\n{bursts} bursts of {args.burst_requests} requests ({args.burst_clients} at a"
+        f" time), each followed by {args.gap_s:g} s idle, over {samples[-1]['s']:.0f} s;"
+        f" {servers}, {args.model}; {result['requests']} requests, {result['non_2xx']}"
+        " non-2xx. Each cell: just after the burst / at the end of the gap.\n\n"
+        + render_burst_summary(summary, numbers)
+        + "\n\n"
+        + render(rows)
+        + "\n\n"
+        + render_replicas(replicas)
+        + render_broke(broke)
+    )
+    stem = f"bench_load.bursts.{cluster.engine}"
+    write_out(args.out, stem + (f"-{args.replicas}" if args.replicas > 1 else ""), result, table)
+    return 0
+
+
 def render(rows: list[dict[str, Any]]) -> str:
     head = "| operation | requests | errors | p50 ms | p95 ms | p99 ms | mean ms | per s |"
     lines = [head, "|" + " --- |" * 8]
@@ -1070,7 +1424,12 @@ def main(argv: list[str] | None = None) -> int:
         default=PG_ADMIN_URL,
         help="a database on the PostgreSQL server where the run's database is made",
     )
-    parser.add_argument("--out", type=Path, help="folder for bench_load.json and bench_load.md")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="folder for bench_load.json and .md (the soaks: bench_load.soak.*,"
+        " bench_load.bursts.<database>[-<replicas>].*)",
+    )
     parser.add_argument(
         "--keep-data",
         action="store_true",
@@ -1083,13 +1442,40 @@ def main(argv: list[str] | None = None) -> int:
         help="instead of turns, add memories for this long and sample the server's memory",
     )
     parser.add_argument("--sample-s", type=float, default=30.0, help="soak: seconds per sample")
+    parser.add_argument(
+        "--soak-bursts",
+        type=float,
+        metavar="SECONDS",
+        help="instead of turns, for this long repeat a burst of requests and an idle gap, and"
+        " sample every replica's open files, threads, memory and database connections after"
+        " each burst and each gap",
+    )
+    parser.add_argument(
+        "--burst-requests", type=int, default=80, help="bursts: requests in each burst"
+    )
+    parser.add_argument(
+        "--burst-clients", type=int, default=40, help="bursts: requests of a burst at a time"
+    )
+    parser.add_argument(
+        "--gap-s",
+        type=float,
+        default=12.0,
+        help="bursts: idle seconds after each burst; longer than the server's idle worker"
+        " threads live (anyio retires them after 10 s), so each burst finds them gone",
+    )
     args = parser.parse_args(argv)
     if args.replicas < 1:
         parser.error("--replicas must be at least 1")
+    if args.soak_memories and args.soak_bursts:
+        parser.error("--soak-memories or --soak-bursts, not both")
     if args.soak_memories:
         if args.replicas != 1:
             parser.error("--soak-memories samples one server: --replicas 1")
         return run_soak(args, argv)
+    if args.soak_bursts:
+        if args.burst_requests < 1 or args.burst_clients < 1 or args.gap_s < 0:
+            parser.error("--burst-requests and --burst-clients at least 1, --gap-s at least 0")
+        return run_bursts(args, argv)
     return run_turns(args, argv)
 
 
