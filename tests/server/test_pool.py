@@ -45,6 +45,13 @@ def connections_of(settings: Any, pid: int) -> int:
     return sum(1 for f in psutil.Process(pid).open_files() if f.path.startswith(database))
 
 
+def most_connections(settings: Any, pool_size: int) -> int:
+    """The most a process may hold with a pool of `pool_size`: the pool, the writer and one
+    more for a moment (a checkpoint, a stream, a lease, a VACUUM); on SQLite each holds up to
+    three files (the database, its WAL and its shared memory)."""
+    return pool_size + 3 if settings.database_url else 3 * (pool_size + 2)
+
+
 def burst_of_new_threads(read: Callable[[], object], threads: int = 40, each: int = 2) -> None:
     """`threads` threads never seen before, each reading a few times, all at once."""
     start = threading.Barrier(threads)
@@ -67,9 +74,8 @@ def burst_of_new_threads(read: Callable[[], object], threads: int = 40, each: in
 
 
 def test_bursts_of_new_threads_reuse_a_bounded_set_of_connections(tmp_path: Path) -> None:
-    """Five bursts of 40 new threads: the count after the first burst is where it stays, and
-    never more than the pool's size beyond the writer's and the start's (a connection per
-    thread grew by about 40 a burst)."""
+    """Five bursts of 40 new threads: the connections stay within the pool's size and the
+    writer's (a connection per thread grew by about 40 a burst)."""
     import os
 
     settings = make_settings(tmp_path, db_pool_size=4)
@@ -79,7 +85,7 @@ def test_bursts_of_new_threads_reuse_a_bounded_set_of_connections(tmp_path: Path
         for _ in range(5):
             burst_of_new_threads(lambda: store.recent_turns(AGENT, PHONE, 10))
             counts.append(connections_of(settings, os.getpid()))
-        assert max(counts) == counts[0], counts  # flat from the first burst on
+        assert max(counts) <= most_connections(settings, 4), counts
         stats = store.pool_stats()
         assert stats.open <= 4 and stats.in_use == 0, stats
     finally:
@@ -91,9 +97,9 @@ def test_bursts_with_idle_pauses_on_the_live_server_keep_connections_flat(
     tmp_path: Path,
 ) -> None:
     """The adversarial run's drill, shortened: bursts of 80 GETs, 40 at a time, with a pause
-    longer than the server's idle thread timeout (10 s) between them; the connections after
-    the second burst are those after the first (a pool of 4, which the first burst fills),
-    within the pool's size and the writer's and leases' few (PostgreSQL)."""
+    longer than the server's idle thread timeout (10 s) between them: after each, the
+    connections are within the pool's size (4) and the writer's and leases' few. (A
+    connection per thread: 75 sessions after the second burst here, 139 open files.)"""
     data = tmp_path / "data"
     server = Server(data, MEMORY_DB_POOL_SIZE="4")
     server.start()
@@ -118,12 +124,10 @@ def test_bursts_with_idle_pauses_on_the_live_server_keep_connections_flat(
                 with ThreadPoolExecutor(40) as pool:
                     assert set(pool.map(get, range(80))) == {200}
                 counts.append(connections_of(settings, server.process.pid))
-            assert counts[1] <= counts[0], counts
             pool_stats = http.get("/health").json()["connections"]
     finally:
         server.stop()
-    if settings.database_url:
-        assert counts[1] <= 4 + 3, counts  # the pool, the writer, the indexer's lease, one more
+    assert max(counts) <= most_connections(settings, 4), counts
     assert pool_stats["open"] <= pool_stats["size"] == 4 and pool_stats["in_use"] <= 1
 
 
