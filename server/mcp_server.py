@@ -14,6 +14,7 @@ without a traceback (the session goes on).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -209,7 +210,12 @@ class HttpEndpoint:
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         """Held for the app's lifetime. The SDK's session manager runs once only, so each
-        start of the app makes a new one."""
+        start of the app makes a new one.
+
+        The manager holds a task group, which must be left in the task that entered it; the
+        app's lifespan need not be (`serve` enters it in its start-up task and leaves it in
+        the one that answers uvicorn's shutdown, server/startup.py). So the manager runs in a
+        task of its own, which this starts and stops."""
         from mcp.server.transport_security import TransportSecuritySettings
 
         # Keys guard it, not the Host header: behind a proxy the host is the deployment's own.
@@ -219,8 +225,23 @@ class HttpEndpoint:
             json_response=True,
             transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         )
-        async with self._server.session_manager.run():
+        started = asyncio.get_running_loop().create_future()
+        stop = asyncio.Event()
+
+        async def hold() -> None:
+            async with self._server.session_manager.run():
+                started.set_result(None)
+                await stop.wait()
+
+        task = asyncio.create_task(hold(), name="mcp-session-manager")
+        await asyncio.wait((task, started), return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            task.result()  # the manager failed to start: raise why
+        try:
             yield
+        finally:
+            stop.set()
+            await task
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self._authenticate(scope)  # 401 in the error shape, before the SDK sees anything
