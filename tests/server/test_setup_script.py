@@ -1,7 +1,9 @@
-"""scripts/setup installs once: a later call asking for no more extras returns at once."""
+"""scripts/setup installs once: a later call asking for no more extras returns at once; a first
+install says each step, its progress and its time."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -29,8 +31,18 @@ def project(tmp_path: Path) -> tuple[Path, Path]:
     return tmp_path, calls
 
 
-def setup(root: Path, *extras: str) -> None:
-    subprocess.run([str(root / "scripts" / "setup"), *extras], cwd=root, check=True)
+def setup(root: Path, *extras: str, **env: str) -> str:
+    """Run scripts/setup; what it printed."""
+    done = subprocess.run(
+        [str(root / "scripts" / "setup"), *extras],
+        cwd=root,
+        check=True,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", **env},
+        timeout=60,
+    )
+    return done.stdout + done.stderr
 
 
 def installs(calls: Path) -> list[str]:
@@ -40,14 +52,61 @@ def installs(calls: Path) -> list[str]:
 def test_the_dev_install_covers_the_plain_one_and_a_new_extra_installs(tmp_path: Path) -> None:
     root, calls = project(tmp_path)
     setup(root, "dev,bench")  # ./scripts/test
-    first = ["-m pip install -q torch==2.13.0", "-m pip install -q -e .[dev,bench]"]
+    pip = "-m pip install --progress-bar off"
+    first = [f"{pip} torch==2.13.0", f"{pip} -e .[dev,bench]"]
     assert installs(calls) == first
-    setup(root)  # ./scripts/serve afterwards: nothing to install
+    assert setup(root) == ""  # ./scripts/serve afterwards: nothing to install, nothing said
     setup(root, "dev")
     setup(root, "bench,dev")
     assert len(installs(calls)) == 2
     setup(root, "dev,models")  # an extra never installed: installs
-    assert installs(calls)[-1] == "-m pip install -q -e .[dev,models]"
+    assert installs(calls)[-1] == f"{pip} -e .[dev,models]"
     (root / "pyproject.toml").write_text((root / "pyproject.toml").read_text() + "\n# changed\n")
     setup(root)  # pyproject.toml changed: installs again
-    assert installs(calls)[-1] == "-m pip install -q -e ."
+    assert installs(calls)[-1] == f"{pip} -e ."
+
+
+def test_a_first_install_says_each_step_its_progress_and_its_time(tmp_path: Path) -> None:
+    """The first ./scripts/serve was silent for about 2 minutes (pip -q): now a line per step,
+    a line of progress every SETUP_PROGRESS_S seconds while pip works (a dozen lines for two
+    minutes at the default 10 s: readable in a CI log), and each step's time."""
+    root, calls = project(tmp_path)
+    python = root / ".venv" / "bin" / "python"
+    python.write_text(  # a pip that collects three packages, a second apart, then installs
+        "#!/usr/bin/env bash\n"
+        f'echo "$*" >> {calls}\n'
+        "for p in alpha beta gamma; do echo \"Collecting $p\"; sleep 1; done\n"
+        'echo "Installing collected packages: alpha, beta, gamma"; sleep 1.5\n'
+        'echo "WARNING: Location \'/opt/x\' is ignored: it is neither a file nor a directory."\n'
+        'echo "Successfully installed alpha beta gamma"\n'
+    )
+    said = setup(root, SETUP_PROGRESS_S="1").splitlines()
+    steps = [line for line in said if not line.startswith("setup:   ")]
+    assert steps[0] == "setup: installing into .venv (a first install takes a few minutes)"
+    assert steps[1] == "setup: 1/2 torch==2.13.0 (CPU), first"
+    assert re.fullmatch(r"setup: 1/2 torch==2\.13\.0 \(CPU\), first: done in \d+ s", steps[2])
+    assert steps[3] == "setup: 2/2 memory-server and its dependencies"
+    assert re.fullmatch(r"setup: 2/2 memory-server and its dependencies: done in \d+ s", steps[4])
+    assert re.fullmatch(r"setup: ready in \d+ s", steps[5]), steps
+    assert len(steps) == 6, said  # pip's own lines stay in its log; its noise never shows
+    progress = [line for line in said if line.startswith("setup:   ")]
+    assert 4 <= len(progress) <= 12, said  # about 9 s at a line a second
+    collecting = r"setup:   \d+ s: \d packages? collected, the last \w+"
+    assert any(re.fullmatch(collecting, p) for p in progress), said
+    assert any(re.fullmatch(r"setup:   \d+ s: installing 3 packages", p) for p in progress)
+
+
+def test_a_failing_install_shows_what_pip_said_and_the_step(tmp_path: Path) -> None:
+    root, _ = project(tmp_path)
+    python = root / ".venv" / "bin" / "python"
+    python.write_text(
+        '#!/usr/bin/env bash\necho "ERROR: No matching distribution found for torch==2.13.0"\n'
+        "exit 1\n"
+    )
+    done = subprocess.run(
+        [str(root / "scripts" / "setup")], cwd=root, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1
+    assert "ERROR: No matching distribution found for torch==2.13.0" in done.stderr
+    assert re.search(r"setup: 1/2 torch==2\.13\.0 \(CPU\), first: failed after \d+ s", done.stderr)
+    assert not (root / ".venv" / ".memory-server-installed").exists()
