@@ -3,18 +3,36 @@
 Raw scores do not speak: e5 gives filler a cosine of 0.78, BM25 has no upper end, and a
 hybrid score mixes both. Staff search shows instead where a result stands between what filler
 scores (0) and what the answer to a question typically scores (1), for the model and mode in
-use (embeddings/calibration.py); staff search hides what falls below the model's floor. The
-mapping keeps the order of the scores, so pages stay stable."""
+use (embeddings/calibration.py); staff search hides what falls below the model's floor, but
+never a result that says every word of the query (word_match). The mapping keeps the order of
+the scores, so pages stay stable."""
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
+
+import lancedb
 
 from embeddings.calibration import Calibration
-from embeddings.index import BM25_SCALE
+from embeddings.index import BM25_SCALE, fts_config
 
 Match = Literal["strong", "good", "weak"]
 WORDS: tuple[tuple[float, Match], ...] = ((0.75, "strong"), (0.4, "good"), (0.0, "weak"))
+# The full-text index's settings that say how a text becomes terms (the others, how it is kept).
+_ANALYSIS = (
+    "base_tokenizer",
+    "language",
+    "max_token_length",
+    "lower_case",
+    "stem",
+    "remove_stop_words",
+    "custom_stop_words",
+    "ascii_folding",
+    "ngram_min_length",
+    "ngram_max_length",
+    "prefix_only",
+)
 
 
 def relevance(score: float, mode: str, calibration: Calibration) -> float:
@@ -32,3 +50,19 @@ def relevance(score: float, mode: str, calibration: Calibration) -> float:
 
 def in_words(value: float) -> Match:
     return next(word for bound, word in WORDS if value >= bound)
+
+
+def word_match(query: str) -> Callable[[str], bool]:
+    """Whether a text has every word of the query, read as keyword search reads words: by the
+    full-text index's own analysis (lower case, accents folded, stop words dropped, English
+    stems), so "cumpleanos" is in "Cumpleaños" and "refund" in "refunds". A query of stop words
+    alone has no word to match. BM25 scores a word found in nearly every row at almost nothing,
+    so relevance cannot tell such a match from filler; this can."""
+    config = fts_config()
+    analysis: dict[str, Any] = {name: getattr(config, name) for name in _ANALYSIS}
+
+    def terms(text: str) -> set[str]:
+        return {token.text for token in lancedb.tokenize(text, **analysis)}
+
+    wanted = terms(query)
+    return lambda text: bool(wanted) and wanted <= terms(text)

@@ -4,6 +4,7 @@ with every search written to the audit log."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -12,7 +13,7 @@ from embeddings.index import Hit, quote
 from server.auth import Principal
 from server.hooks import Hooks
 from server.indexer import Indexer
-from server.relevance import relevance
+from server.relevance import relevance, word_match
 from server.store import Store
 
 KIND_OF = {"facts": "fact", "turns": "turn", "summaries": "summary"}
@@ -122,7 +123,8 @@ class StaffSearch:
             for f in self._still_there(hits)
         ]
         floor = calibration.staff_floor if q.min_relevance is None else q.min_relevance
-        shown = [f for f in there if f.relevance >= floor]
+        never_hidden = _never_hidden(q)
+        shown = [f for f in there if f.relevance >= floor or never_hidden(f.text)]
         window = shown[q.offset : q.offset + q.limit + 1]
         found = window[: q.limit]
         self._hooks.reach("staff.searched")
@@ -234,6 +236,15 @@ def highlight(text: str, query: str) -> list[tuple[int, int]]:
         if (len(w) >= 3 or w.isdigit()) and w.lower() not in _STOPWORDS
     }
     return [(m.start(), m.end()) for m in _WORD.finditer(text) if m.group().lower() in words]
+
+
+def _never_hidden(q: StaffQuery) -> Callable[[str], bool]:
+    """Which texts the floor may not hide. The model's floor hides filler, and a result that
+    says every word of the query is not filler, however little BM25 makes of a word found in
+    every turn. A floor the caller set (min_relevance) is theirs, applied as asked."""
+    if q.min_relevance is not None:
+        return lambda _text: False
+    return word_match(q.query)
 
 
 def _filters(q: StaffQuery) -> dict[str, Any]:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
-from tests.conftest import Api, FakeClock, admin, assert_error
+from embeddings.e5 import E5Encoder
+from server.app import create_app
+from server.config import DEFAULT_MODEL
+from server.relevance import word_match
+from tests.conftest import Api, FakeClock, admin, assert_error, make_settings
 
 MAYA, LEO = "+15550000001", "+15550000002"
 
@@ -211,3 +217,75 @@ def test_min_relevance_out_of_range_is_422(seeded: Api, bad: object) -> None:
         "/v1/search", json={"query": "jacket", "min_relevance": bad}, headers=admin()
     )
     assert_error(response, 422)
+
+
+@pytest.fixture(scope="module")
+def e5() -> E5Encoder:
+    return E5Encoder()
+
+
+@pytest.fixture
+def e5_api(tmp_path: Path, e5: E5Encoder) -> Iterator[Api]:
+    """The default model for real: its floor (0.01) is what hides filler (the fake model has
+    none). Turns are indexed alone, as in `seeded`."""
+    settings = make_settings(tmp_path, embedding_model=DEFAULT_MODEL, turn_window=0)
+    app = create_app(settings, encoder_factory=lambda _model: e5, run_workers=False)
+    with TestClient(app) as client:
+        yield Api(client)
+
+
+# A product named in every turn of a person's conversation.
+BIRTHDAY_PACK = [
+    "I ordered the Cumpleaños pack for my daughter, but the box came without the candles",
+    "Sorry about that! I can send the candles for the Cumpleaños pack by courier tomorrow",
+    "Could the courier leave the Cumpleaños pack with my neighbour on the second floor?",
+    "Yes, the courier can leave the Cumpleaños pack next door if you write it in the notes",
+    "The charge for the Cumpleaños pack went through once, on 3 March, for 39 euros",
+    "Thanks, the Cumpleaños pack arrived complete this time, candles and all",
+]
+SMALL_TALK = [
+    "The weather in Lisbon was lovely this week",
+    "Glad to hear it! Anything else I can help with?",
+    "Can you check the delivery of my order?",
+    "Sure, it ships on Monday from the warehouse.",
+]
+
+
+@pytest.mark.model
+def test_the_floor_never_hides_a_turn_that_has_the_words_asked_for(e5_api: Api) -> None:
+    """A word in every turn of a person: BM25 makes next to nothing of a word that is
+    everywhere, so by relevance every turn sat below the floor in keyword mode ("30 hidden")
+    and most in hybrid. Each turn has the word asked for (typed without its accent, which the
+    keyword index folds): none is filler."""
+    for i in range(30):
+        role = "assistant" if i % 2 else "user"
+        e5_api.post_turn(f"{BIRTHDAY_PACK[i % 6]} ({i})", agent="shop", phone=MAYA, role=role)
+    e5_api.index()
+    for mode in ("keyword", "hybrid"):
+        found = search(e5_api, query="cumpleanos", mode=mode, limit=50)
+        assert found["floor"] == 0.01 and found["hidden"] == 0, (mode, found["hidden"])
+        items = found["items"]
+        assert len(items) == 30 and all("Cumpleaños" in i["text"] for i in items), mode
+        relevances = [i["relevance"] for i in items]
+        assert relevances == sorted(relevances, reverse=True), mode  # still the score's order
+    # A floor asked for is applied as asked: min_relevance is a cut on relevance alone.
+    asked = search(e5_api, query="cumpleanos", mode="keyword", limit=50, min_relevance=0.5)
+    assert asked["items"] == [] and asked["hidden"] == 30
+
+    # Filler found only by meaning stays hidden: another person's small talk.
+    for i in range(8):
+        e5_api.post_turn(f"{SMALL_TALK[i % 4]} ({i})", agent="shop", phone=LEO)
+    e5_api.index()
+    found = search(e5_api, query="cumpleanos", mode="hybrid", limit=50)
+    assert [i["phone"] for i in found["items"]] == [MAYA] * 30
+    assert found["hidden"] == 8
+
+
+def test_word_match_reads_words_as_the_keyword_index_does() -> None:
+    """Lower case, accents folded, stems, stop words dropped; every word of the query."""
+    assert word_match("CUMPLEANOS")("¡Feliz cumpleaños!")
+    assert word_match("refund")("two refunds, both refunded")
+    assert word_match("the refund for the jacket")("Jacket refund?")
+    assert not word_match("refund jacket")("a refund for the coat")
+    assert not word_match("the and of")("the and of")  # stop words alone: no word to match
+    assert not word_match("")("anything")
