@@ -396,7 +396,7 @@ class BodyLimit:
             try:
                 _authenticate(scope)
             except ApiError as exc:
-                await _send_error(send, exc.status, exc.code, exc.message, close=True)
+                await _send_error(send, exc.status, exc.code, exc.message, exc.headers, close=True)
                 return
         try:
             with anyio.fail_after(self.timeout_s):
@@ -416,7 +416,7 @@ class BodyLimit:
                 try:
                     _authenticate(scope)
                 except ApiError as exc:
-                    await _send_error(send, exc.status, exc.code, exc.message)
+                    await _send_error(send, exc.status, exc.code, exc.message, exc.headers)
                     return
             if scope.get("method") in _BODY_METHODS:
                 problem = strict_json_problem(body)
@@ -578,13 +578,21 @@ async def _refuse(send: Send, max_bytes: int, *, close: bool = False) -> None:
 
 
 async def _send_error(
-    send: Send, status: int, code: str, message: str, *, close: bool = False
+    send: Send,
+    status: int,
+    code: str,
+    message: str,
+    extra: dict[str, str] | None = None,
+    *,
+    close: bool = False,
 ) -> None:
-    """The one error shape; close=True when the body was not read to its end."""
+    """The one error shape, with the error's own headers (a 401's WWW-Authenticate); close=True
+    when the body was not read to its end."""
     payload = json.dumps(error_body(status, code, message)).encode()
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(payload)).encode()),
+        *((name.lower().encode(), value.encode()) for name, value in (extra or {}).items()),
     ]
     if close:
         headers.append((b"connection", b"close"))

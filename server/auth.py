@@ -109,7 +109,7 @@ class KeyRing:
             return Principal(key_id=BOOTSTRAP_ID, role="admin")
         found = self._store.key_by_hash(digest)
         if found is None or not hmac.compare_digest(found[1], digest) or found[0].revoked_at:
-            raise Unauthorized("unknown or revoked API key")
+            raise Unauthorized("unknown or revoked API key", key_sent=True)
         return principal_of(found[0])
 
     def list(self) -> list[ApiKey]:

@@ -25,10 +25,32 @@ class ApiError(Exception):
         super().__init__(message)
         self.message = message
 
+    @property
+    def headers(self) -> dict[str, str]:
+        """Headers the answer carries besides the error body."""
+        return {}
+
+
+REALM = "memory-server"
+
 
 class Unauthorized(ApiError):
+    """No live key. The answer names the scheme (RFC 6750), so that a client asks for a bearer
+    key: an MCP client that gets a 401 without it starts an OAuth flow instead."""
+
     status = 401
     code = "unauthorized"
+
+    def __init__(self, message: str, *, key_sent: bool = False) -> None:
+        super().__init__(message)
+        self.key_sent = key_sent  # a key came and is not live: invalid_token, says RFC 6750
+
+    @property
+    def headers(self) -> dict[str, str]:
+        challenge = f'Bearer realm="{REALM}"'  # no error code without a key (section 3.1)
+        if self.key_sent:
+            challenge += ', error="invalid_token"'
+        return {"WWW-Authenticate": challenge}
 
 
 class Forbidden(ApiError):
@@ -71,8 +93,10 @@ def error_body(status: int, code: str, message: str) -> dict[str, Any]:
     return {"error": {"status": status, "code": code, "message": message}}
 
 
-def error_response(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse(error_body(status, code, message), status_code=status)
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(error_body(status, code, message), status_code=status, headers=headers)
 
 
 # Body fields whose validation errors get their own code.
@@ -130,7 +154,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
         code = exc.specific_code if isinstance(exc, InvalidInput) else exc.code
-        return error_response(exc.status, code, exc.message)
+        return error_response(exc.status, code, exc.message, exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -185,6 +209,19 @@ def _error_response(description: str) -> dict[str, Any]:
     return {"description": description, "content": content}
 
 
+# The 401 of every operation that takes a key, as the OpenAPI schema describes it.
+UNAUTHORIZED_RESPONSE: dict[str, Any] = {
+    **_error_response("No key, or a key that is unknown or revoked"),
+    "headers": {
+        "WWW-Authenticate": {
+            "description": f'`Bearer realm="{REALM}"`, with `error="invalid_token"` when the'
+            " request carried a key that is not live (RFC 6750).",
+            "schema": {"type": "string"},
+        }
+    },
+}
+
+
 def _with_error_responses(build: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
     """Wrap FastAPI's schema builder so that every operation documents its errors: any 4xx
     (bad input, key, right, unknown id, body too large) in the one error shape, and 422 in that
@@ -210,6 +247,8 @@ def _document_errors(schema: dict[str, Any]) -> None:
             responses = operation.setdefault("responses", {})
             if "422" in responses:
                 responses["422"] = _error_response("Invalid request")
+            if operation.get("security"):
+                responses.setdefault("401", UNAUTHORIZED_RESPONSE)
             responses.setdefault("4XX", _error_response("Any other client error"))
     if "#/components/schemas/HTTPValidationError" not in json.dumps(schema.get("paths", {})):
         components.pop("HTTPValidationError", None)

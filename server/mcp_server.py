@@ -267,9 +267,13 @@ def with_openapi(build: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, 
     """Wrap the app's schema builder so that /openapi.json describes POST /mcp too (it is a
     JSON-RPC endpoint, not a FastAPI route)."""
 
+    from server.errors import UNAUTHORIZED_RESPONSE  # (FastAPI: not for the stdio bridge)
+
+    operation = {**_OPERATION, "responses": {"401": UNAUTHORIZED_RESPONSE, **_RESPONSES}}
+
     def openapi() -> dict[str, Any]:
         schema = build()  # cached by FastAPI: the same dict every time
-        schema["paths"].setdefault(HttpEndpoint.path, {"post": _OPERATION})
+        schema["paths"].setdefault(HttpEndpoint.path, {"post": operation})
         schema["components"]["schemas"].setdefault("JsonRpcMessage", _JSON_RPC)
         return schema
 
@@ -306,24 +310,24 @@ _OPERATION: dict[str, Any] = {
     " its own agent only). A GET (server-sent events) is 405: there is no stream.",
     "operationId": "mcp",
     "requestBody": {"required": True, "content": _RPC_CONTENT},
-    "responses": {
-        "200": {
-            "description": "The JSON-RPC answer (a result, or a JSON-RPC error)",
-            "content": _RPC_CONTENT,
-        },
-        "202": {"description": "A notification or a response, accepted (no body)"},
-        "400": {
-            "description": "Not a JSON-RPC message (a JSON-RPC error)",
-            "content": _RPC_CONTENT,
-        },
-        "406": {"description": "The Accept header excludes application/json"},
-        "415": {"description": "Not application/json (a JSON-RPC error)", "content": _RPC_CONTENT},
-        "4XX": {
-            "description": "No live key (401), a body too large (413), in the error shape",
-            "content": _ERROR_CONTENT,
-        },
-    },
     "security": [{"HTTPBearer": []}],
+}
+_RESPONSES: dict[str, Any] = {
+    "200": {
+        "description": "The JSON-RPC answer (a result, or a JSON-RPC error)",
+        "content": _RPC_CONTENT,
+    },
+    "202": {"description": "A notification or a response, accepted (no body)"},
+    "400": {
+        "description": "Not a JSON-RPC message (a JSON-RPC error)",
+        "content": _RPC_CONTENT,
+    },
+    "406": {"description": "The Accept header excludes application/json"},
+    "415": {"description": "Not application/json (a JSON-RPC error)", "content": _RPC_CONTENT},
+    "4XX": {
+        "description": "A body too large (413), and other errors, in the error shape",
+        "content": _ERROR_CONTENT,
+    },
 }
 
 

@@ -59,6 +59,15 @@ CALLERS: dict[str, Callable[[Api], dict[str, str]]] = {
     "admin": lambda api: admin(),
 }
 
+# Every 401 names the scheme (RFC 6750), and says invalid_token when a key came and is not
+# live: a client then asks for a bearer key (an MCP client would start an OAuth flow).
+CHALLENGES = {
+    "none": 'Bearer realm="memory-server"',
+    "not_bearer": 'Bearer realm="memory-server"',
+    "garbage": 'Bearer realm="memory-server", error="invalid_token"',
+    "revoked": 'Bearer realm="memory-server", error="invalid_token"',
+}
+
 ALLOWED = {
     "write": {"right_agent", "admin"},
     "read": {"right_agent", "admin", "staff_all", "staff_listed"},
@@ -85,6 +94,7 @@ def test_auth_matrix(
     response = api.client.request(method, path, json=body, headers=headers)
     if caller in ("none", "garbage", "not_bearer", "revoked"):
         assert_error(response, 401, "unauthorized")
+        assert response.headers["WWW-Authenticate"] == CHALLENGES[caller], response.headers
     elif caller in ALLOWED[kind]:
         assert response.status_code < 400 or response.status_code == 404, response.text
     else:
@@ -107,6 +117,14 @@ def test_the_matrix_covers_every_endpoint_of_the_schema(api: Api) -> None:
     in_schema = {(path, method) for path, ops in schema.items() for method in ops}
     covered = {(_template(path), method.lower()) for method, path, _, _ in ENDPOINTS}
     assert in_schema - PUBLIC - covered == set(), "an endpoint without an auth test"
+
+
+def test_the_schema_documents_the_401_and_its_challenge(api: Api) -> None:
+    paths = api.client.get("/openapi.json").json()["paths"]
+    for method, path, _, _ in ENDPOINTS:
+        answer = paths[_template(path)][method.lower()]["responses"]["401"]
+        assert "WWW-Authenticate" in answer["headers"], (method, path)
+        assert answer["content"]["application/json"]["schema"]["$ref"].endswith("/Error")
 
 
 def test_public_endpoints_need_no_key(api: Api) -> None:

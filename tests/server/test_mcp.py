@@ -322,6 +322,13 @@ def test_http_endpoint_needs_a_live_key(live: Server) -> None:
         answer = httpx.post(f"{live.base}/mcp", json=hello, headers=headers, timeout=30)
         assert answer.status_code == 401, answer.text
         assert answer.json()["error"]["status"] == 401
+        # The scheme is named: an MCP client asks for a bearer key instead of starting OAuth.
+        assert answer.headers["WWW-Authenticate"].startswith('Bearer realm="memory-server"')
+    # Refused before the body is read, or with no body at all: the same challenge.
+    for body in (b"", b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}'):
+        answer = httpx.post(f"{live.base}/mcp", content=body, timeout=30)
+        assert answer.status_code == 401, answer.text
+        assert answer.headers["WWW-Authenticate"] == 'Bearer realm="memory-server"'
     # Stateless: no event stream to GET, no session to DELETE; 405 in the error shape, at once.
     for method in ("GET", "DELETE"):
         answer = httpx.request(method, f"{live.base}/mcp", headers=_admin_headers(), timeout=30)
