@@ -341,7 +341,47 @@ class MemoryService:
         expires_at: str | None = None,
     ) -> Memory:
         """Store a long-term memory about a person (or the agent's world when phone is None);
-        it is embedded and searchable when this returns."""
+        it is embedded and searchable when this returns. An identical current memory is not
+        stored twice: that one is returned (store_memory says which)."""
+        memory, _ = self.store_memory(
+            agent,
+            phone,
+            content,
+            type=type,
+            status=status,
+            source=source,
+            confidence=confidence,
+            actor=actor,
+            source_turns=source_turns,
+            metadata=metadata,
+            session_id=session_id,
+            task_id=task_id,
+            graph_id=graph_id,
+            expires_at=expires_at,
+        )
+        return memory
+
+    def store_memory(
+        self,
+        agent: str,
+        phone: str | None,
+        content: str,
+        *,
+        type: str = "fact",
+        status: str = "approved",
+        source: str = "manual",
+        confidence: float | None = None,
+        actor: str = "system",
+        source_turns: list[int] | None = None,
+        metadata: dict[str, Any] | None = None,
+        session_id: str | None = None,
+        task_id: str | None = None,
+        graph_id: str | None = None,
+        expires_at: str | None = None,
+    ) -> tuple[Memory, bool]:
+        """(memory, stored), as add_memory: stored False when an identical current memory
+        (same person, type and content, pending or approved) was there already; that one is
+        returned as it is, and nothing was written."""
         now = self.now()
         memory = Memory(
             id="mem_" + secrets.token_hex(8),
@@ -362,9 +402,11 @@ class MemoryService:
             updated_at=now,
             expires_at=expires_at,
         )
-        self._store.insert_memory(memory, actor=actor)
-        self._indexer.index_now("fact", [memory.id])
-        return memory
+        kept = self._store.insert_memory(memory, actor=actor)
+        # The identical one too: stored by a request running alongside, it may not be indexed
+        # yet. Once indexed (no outbox row left), this writes nothing.
+        self._indexer.index_now("fact", [kept.id])
+        return kept, kept.id == memory.id
 
     # -- export and erasure ------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path, Query, status
+from fastapi import APIRouter, Path, Query, Response, status
 from fastapi.responses import JSONResponse
 
 from server import validation
@@ -48,17 +48,34 @@ def _optional_time(value: str | None, what: str) -> str | None:
     return validation.timestamp(value, what=what) if value else None
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=MemoryOut)
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=MemoryOut,
+    responses={
+        200: {
+            "model": MemoryOut,
+            "description": "An identical current memory (same person, type and content,"
+            " pending or approved) is stored already: that one, as it is; nothing is written.",
+        }
+    },
+)
 def create_memory(
-    principal: PrincipalDep, agent: AgentDep, body: MemoryCreate, services: ServicesDep
+    principal: PrincipalDep,
+    agent: AgentDep,
+    body: MemoryCreate,
+    services: ServicesDep,
+    response: Response,
 ) -> MemoryOut:
     """Store a memory; it is embedded and searchable when this call returns. With the agent's
-    review setting on, memories not created by an admin start pending for 7 days."""
+    review setting on, memories not created by an admin start pending for 7 days. The same
+    memory again (after content is made one line; case kept) is not stored twice: 200 with the
+    one stored, until it is deleted or rejected."""
     principal.require_write(agent)
     limit = services.settings.max_memory_chars
     content = validation.one_line(validation.text_content(body.content, limit=limit), limit=limit)
     state, expires_at = services.book.pending_status(agent, principal.is_admin)
-    memory = services.memory.add_memory(
+    memory, stored = services.memory.store_memory(
         agent,
         _optional_phone(body.phone),
         content,
@@ -72,6 +89,8 @@ def create_memory(
         graph_id=body.graph_id,
         expires_at=expires_at,
     )
+    if not stored:
+        response.status_code = status.HTTP_200_OK
     return _out(memory)
 
 

@@ -20,6 +20,9 @@ from server.store.records import (
     memory_of,
 )
 
+# The lock key of an agent's own memories (phone None): no person's number is empty.
+AGENT_WIDE = ""
+
 
 class MemoryQueries(Queries):
     def claim_compaction(self, agent: str, phone: str, holder: str, *, seconds: float) -> bool:
@@ -87,8 +90,26 @@ class MemoryQueries(Queries):
             _put_summary(conn, agent, phone, text, through_id, self._now())
 
     def insert_memory(self, memory: Memory, *, actor: str) -> Memory:
-        """Store a new memory, its 'create' history entry and its outbox row, atomically."""
+        """Store a new memory, its 'create' history entry and its outbox row, atomically; or,
+        when an identical current memory is stored already, return that one and write
+        nothing (the caller tells them apart by id).
+
+        The check and the insert run in one write transaction that holds the person's lock
+        (PostgreSQL: an advisory lock, on every replica; SQLite: BEGIN IMMEDIATE holds off
+        every other writer), so two identical requests at once, through one replica or two,
+        store one memory: the second waits, then its check (read after the lock: PostgreSQL
+        reads committed rows per statement) finds the first. A unique index was the other
+        way, not taken: it needs a new column with the content's hash (SQLite has no hash
+        function; PostgreSQL cannot index 2,000 characters of every script), "current" changes
+        after the insert (a review or an expiry rejects, an approval brings a rejected one
+        back, an edit rewrites content) and each of those would meet a unique violation, and a
+        database already holding duplicates could not build it."""
         with self._person_transaction(memory.agent, memory.phone) as conn:
+            if memory.phone is None:  # the person's transaction locks no one: lock the agent
+                self._db.lock_person(conn, memory.agent, AGENT_WIDE)
+            found = _identical(conn, memory)
+            if found is not None:
+                return found
             _insert_memory(conn, memory, actor)
         return memory
 
@@ -247,9 +268,16 @@ class MemoryQueries(Queries):
             if count_waiting(conn, agent, phone, from_turns) != len(set(from_turns)):
                 return None
             _put_summary(conn, agent, phone, summary, through_id, now)
+            repeated = list(seen_again)
             for memory in new_facts:
-                _insert_memory(conn, memory, actor)
-            for memory_id in seen_again:
+                found = _identical(conn, memory)
+                if found is None:
+                    _insert_memory(conn, memory, actor)
+                elif found.id not in repeated:
+                    # Stored since the duplicate check, which reads the index (it may lag):
+                    # the fact is seen again, not stored twice.
+                    repeated.append(found.id)
+            for memory_id in repeated:
                 if not conn.execute(
                     "UPDATE memories SET seen_count = seen_count + 1, updated_at = ?"
                     " WHERE id = ? AND agent = ? AND phone = ?",
@@ -298,6 +326,26 @@ def _put_summary(
         (agent, phone, text, through_id, now),
     )
     enqueue(conn, "summary", f"{agent}|{phone}", agent, phone, now)
+
+
+def _identical(conn: Conn, memory: Memory) -> Memory | None:
+    """The oldest current memory identical to `memory`: same agent, person (or both
+    agent-wide), type and content, exactly (the routes have already made content one line;
+    case is kept, as "ID AB12" and "id ab12" may not mean the same). Current: not deleted
+    (deleted rows are gone), not rejected, and not pending past its review time (the sweep
+    rejects those). A pending one counts: the same memory sent again is still waiting for the
+    same review, and an admin's copy does not approve it; approving is its own, recorded act."""
+    person, phone = (
+        ("phone IS NULL", ()) if memory.phone is None else ("phone = ?", (memory.phone,))
+    )
+    row = conn.execute(
+        f"SELECT {MEMORY_COLUMNS} FROM memories WHERE agent = ? AND {person} AND type = ?"
+        " AND content = ? AND status IN ('pending', 'approved')"
+        " AND (expires_at IS NULL OR expires_at > ?)"
+        " ORDER BY created_at, id LIMIT 1",
+        (memory.agent, *phone, memory.type, memory.content, memory.created_at),
+    ).fetchone()
+    return None if row is None else memory_of(row)
 
 
 def _insert_memory(conn: Conn, memory: Memory, actor: str) -> None:

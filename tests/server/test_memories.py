@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import secrets
+import threading
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from server.app import create_app
+from server.config import Settings
+from server.store import Memory, Store
 from tests.backends import query
 from tests.conftest import AGENT, PHONE, Api, FakeClock, admin, assert_error, make_settings
 from tests.fakes import fake_factory
@@ -505,3 +513,298 @@ def test_a_memory_not_yet_indexed_has_a_null_embedding(api: Api) -> None:
     api.services.indexer.space.index.delete_ids([f"fact:{memory['id']}"])
     body = api.client.get(f"{M}/{memory['id']}?include_embedding=true", headers=admin()).json()
     assert body["embedding"] is None
+
+
+# -- the same memory is not stored twice -------------------------------------------------------
+
+
+def post(
+    api: Api, content: str, headers: dict[str, str] | None = None, **fields: Any
+) -> tuple[int, Any]:
+    """POST a memory; (status, body)."""
+    response = api.client.post(M, json={"content": content, **fields}, headers=headers or admin())
+    assert response.status_code in (200, 201), response.text
+    return response.status_code, response.json()
+
+
+# One memory stored, with its one history entry ('create'), indexed (no outbox row left).
+ONCE = {"rows": 1, "history": 1, "outbox": 0, "vectors": 1}
+
+
+def kept(api: Api, content: str) -> dict[str, int]:
+    """What is stored of memories with this content: rows, history entries, outbox rows left,
+    vectors."""
+    ids = [r["id"] for r in db(api, "SELECT id FROM memories WHERE content = ?", content)]
+    marks = ",".join("?" * len(ids)) or "NULL"
+    vectors = api.services.indexer.space.index.get([f"fact:{i}" for i in ids])
+    return {
+        "rows": len(ids),
+        "history": len(
+            db(api, f"SELECT id FROM memory_history WHERE memory_id IN ({marks})", *ids)
+        ),
+        "outbox": len(db(api, f"SELECT id FROM outbox WHERE ref_id IN ({marks})", *ids)),
+        "vectors": len(vectors),
+    }
+
+
+@pytest.mark.parametrize("phone", [PHONE, None], ids=["person", "agent-wide"])
+def test_the_same_memory_twice_is_stored_once(
+    api: Api, clock: FakeClock, phone: str | None
+) -> None:
+    person: dict[str, Any] = {"phone": phone} if phone else {}
+    status, first = post(
+        api, "Prefers tea to coffee", type="preference", metadata={"a": 1}, **person
+    )
+    assert status == 201
+    clock.advance(minutes=5)
+    # The same after the route makes it one line; other fields (metadata) are not compared.
+    status, again = post(api, "  Prefers tea\nto   coffee ", type="preference", **person)
+    assert status == 200
+    assert again == first  # the one stored, as it is: its metadata, its times
+    assert kept(api, "Prefers tea to coffee") == {
+        "rows": 1,
+        "history": 1,
+        "outbox": 0,
+        "vectors": 1,
+    }
+    listed = api.client.get(M, headers=admin()).json()
+    assert [m["id"] for m in listed["items"]] == [first["id"]]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"type": "preference"},
+        {"phone": "+15559990000"},
+        {"phone": None},  # agent-wide, where the first is the person's
+        {"content": "prefers tea"},  # case counts
+        {"content": "Prefers tea."},
+        {"agent": "other-bot"},
+    ],
+    ids=["type", "person", "agent-wide", "case", "content", "agent"],
+)
+def test_a_memory_differing_in_agent_person_type_or_content_is_stored(
+    api: Api, change: dict[str, Any]
+) -> None:
+    base = {"content": "Prefers tea", "phone": PHONE, "type": "fact"}
+    status, first = post(api, "Prefers tea", phone=PHONE, type="fact")
+    assert status == 201
+    variant = {k: v for k, v in {**base, **change}.items() if v is not None and k != "agent"}
+    path = f"/v1/agents/{change.get('agent', AGENT)}/memories"
+
+    def send() -> tuple[int, dict[str, Any]]:
+        response = api.client.post(path, json=variant, headers=admin())
+        return response.status_code, response.json()
+
+    status, other = send()
+    assert status == 201 and other["id"] != first["id"]
+    assert send() == (200, other)  # and that one, in turn, is not stored twice
+    assert len(db(api, "SELECT id FROM memories")) == 2
+
+
+def test_a_deleted_memory_does_not_block_the_same_one(api: Api) -> None:
+    _, first = post(api, "Has a dog called Biscuit", phone=PHONE)
+    assert api.client.delete(f"{M}/{first['id']}", headers=admin()).json() == {"deleted": True}
+    status, second = post(api, "Has a dog called Biscuit", phone=PHONE)
+    assert status == 201 and second["id"] != first["id"]
+    assert post(api, "Has a dog called Biscuit", phone=PHONE) == (200, second)
+    assert kept(api, "Has a dog called Biscuit") == ONCE
+
+
+def test_a_rejected_memory_does_not_block_the_same_one_and_a_pending_one_does(
+    api: Api, clock: FakeClock
+) -> None:
+    api.client.put(f"/v1/agents/{AGENT}/settings", json={"review": True}, headers=admin())
+    agent_key = api.key(f"agent:{AGENT}")
+    status, pending = post(api, "Lives in Porto", agent_key, phone=PHONE)
+    assert status == 201 and pending["status"] == "pending"
+    clock.advance(hours=1)
+    # Sent again while it waits for review: the same pending memory, by an admin too (whose
+    # own would start approved): approving is the review's act, recorded as such.
+    assert post(api, "Lives in Porto", agent_key, phone=PHONE) == (200, pending)
+    assert post(api, "Lives in Porto", phone=PHONE) == (200, pending)
+    rejected = api.client.post(f"{M}/{pending['id']}/reject", headers=admin()).json()
+    assert rejected["status"] == "rejected"
+    status, anew = post(api, "Lives in Porto", agent_key, phone=PHONE)
+    assert status == 201 and anew["id"] != pending["id"] and anew["status"] == "pending"
+    assert post(api, "Lives in Porto", agent_key, phone=PHONE) == (200, anew)
+    history = api.client.get(f"{M}/{pending['id']}/history", headers=admin()).json()["items"]
+    assert [h["action"] for h in history] == ["create", "reject"]
+    assert len(db(api, "SELECT id FROM memories")) == 2
+
+
+def test_a_pending_memory_past_its_review_time_does_not_block_the_same_one(
+    api: Api, clock: FakeClock
+) -> None:
+    """Unreviewed for 7 days, it is as good as rejected (the next sweep rejects it), even
+    when the sweep has not run yet."""
+    api.client.put(f"/v1/agents/{AGENT}/settings", json={"review": True}, headers=admin())
+    agent_key = api.key(f"agent:{AGENT}")
+    _, old = post(api, "Works night shifts", agent_key, phone=PHONE)
+    clock.advance(days=7)
+    status, anew = post(api, "Works night shifts", agent_key, phone=PHONE)
+    assert status == 201 and anew["id"] != old["id"]
+    assert post(api, "Works night shifts", agent_key, phone=PHONE) == (200, anew)
+    assert api.services.compaction.expire_pending() == 1  # the old one only
+    statuses = {r["id"]: r["status"] for r in db(api, "SELECT id, status FROM memories")}
+    assert statuses == {old["id"]: "rejected", anew["id"]: "pending"}
+
+
+def test_the_duplicate_answer_is_in_the_openapi_schema(api: Api) -> None:
+    operation = api.client.get("/openapi.json").json()["paths"][M.replace(AGENT, "{agent}")]
+    assert {"200", "201"} <= set(operation["post"]["responses"])
+    assert "identical" in operation["post"]["responses"]["200"]["description"]
+
+
+def post_at_once(apis: list[Api], count: int, **fields: Any) -> list[tuple[int, str]]:
+    """`count` identical POSTs at once, spread over the apps; (status, id) of each."""
+    start = threading.Barrier(count)
+
+    def send(n: int) -> tuple[int, str]:
+        start.wait()
+        response = apis[n % len(apis)].client.post(M, json=fields, headers=admin())
+        assert response.status_code in (200, 201), response.text
+        return response.status_code, str(response.json()["id"])
+
+    with ThreadPoolExecutor(count) as pool:
+        return list(pool.map(send, range(count)))
+
+
+def test_identical_posts_at_once_store_one_memory(api: Api) -> None:
+    answers = post_at_once([api], 8, content="Allergic to peanuts", phone=PHONE)
+    assert sorted(status for status, _ in answers) == [200] * 7 + [201]
+    assert len({memory_id for _, memory_id in answers}) == 1
+    assert kept(api, "Allergic to peanuts") == ONCE
+
+
+@contextmanager
+def replicas(settings: Settings, clock: FakeClock, count: int = 2) -> Iterator[list[Api]]:
+    """Apps on one database and one vector folder, as replicas are."""
+    apps = [
+        create_app(settings, clock=clock, encoder_factory=fake_factory, run_workers=False)
+        for _ in range(count)
+    ]
+    clients = [TestClient(app) for app in apps]
+    for client in clients:
+        client.__enter__()
+    try:
+        yield [Api(client) for client in clients]
+    finally:
+        for client in reversed(clients):
+            client.__exit__(None, None, None)
+
+
+@pytest.mark.parametrize("phone", [PHONE, None], ids=["person", "agent-wide"])
+def test_identical_posts_at_once_through_two_replicas_store_one_memory(
+    tmp_path: Path, clock: FakeClock, phone: str | None
+) -> None:
+    person: dict[str, Any] = {"phone": phone} if phone else {}
+    with replicas(make_settings(tmp_path), clock) as apis:
+        for api in apis:
+            # FastAPI builds an app's routes at its first request; two apps in one process
+            # doing that at once race on the warnings filters (replicas are processes).
+            assert api.client.get(M, headers=admin()).status_code == 200
+        answers = post_at_once(apis, 8, content="Allergic to peanuts", **person)
+        assert sorted(status for status, _ in answers) == [200] * 7 + [201]
+        assert len({memory_id for _, memory_id in answers}) == 1
+        assert kept(apis[0], "Allergic to peanuts") == ONCE
+
+
+class CommitHeld:
+    """A database whose write transactions, their work done, wait to commit until released:
+    a replica that has checked and inserted, and not yet committed."""
+
+    def __init__(self, db: Any) -> None:
+        self._db = db
+        self.written = threading.Event()
+        self.release = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        with self._db.transaction() as conn:
+            yield conn
+            self.written.set()
+            assert self.release.wait(30)
+
+
+def new_memory(phone: str | None, content: str) -> Memory:
+    return Memory(
+        id="mem_" + secrets.token_hex(8),
+        agent=AGENT,
+        phone=phone,
+        content=content,
+        type="fact",
+        status="approved",
+        confidence=None,
+        source="manual",
+        metadata={},
+        session_id=None,
+        task_id=None,
+        graph_id=None,
+        source_turns=[],
+        seen_count=1,
+        created_at="2026-03-01T09:00:00.000Z",
+        updated_at="2026-03-01T09:00:00.000Z",
+        expires_at=None,
+    )
+
+
+@pytest.mark.parametrize("phone", [PHONE, None], ids=["person", "agent-wide"])
+def test_an_insert_waits_for_another_replicas_identical_one_and_returns_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, phone: str | None
+) -> None:
+    """Replica b has inserted a memory and not committed; replica a's identical insert waits
+    for it (the person's lock, or the agent's for agent-wide memories; SQLite's one writer)
+    and then returns it, storing nothing: checked before b committed, it would not have seen
+    b's row and stored a second one."""
+    settings = make_settings(tmp_path)
+    a, b = Store.open(settings), Store.open(settings)
+    held = CommitHeld(b._db)
+    monkeypatch.setattr(b, "_db", held)
+    first, second = new_memory(phone, "Has two cats"), new_memory(phone, "Has two cats")
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            by_b = pool.submit(b.insert_memory, first, actor="b")
+            assert held.written.wait(30)
+            by_a = pool.submit(a.insert_memory, second, actor="a")
+            time.sleep(0.3)
+            assert not by_a.done(), "the insert did not wait for the uncommitted one"
+            held.release.set()
+            assert by_b.result(30) == first
+            assert by_a.result(30) == first
+        assert [r["id"] for r in query(settings, "SELECT id FROM memories")] == [first.id]
+        assert len(query(settings, "SELECT id FROM memory_history")) == 1
+    finally:
+        held.release.set()
+        a.close()
+        b.close()
+
+
+def test_compaction_does_not_store_a_fact_identical_to_a_current_memory(api: Api) -> None:
+    """The compaction's duplicate check reads the vector index, before the model's facts are
+    written: a memory stored (or not indexed) meanwhile is missed there. The write finds it:
+    the fact is seen again, not stored twice."""
+    memory = api.services.memory.add_memory(AGENT, PHONE, "Works at the hospital")
+    for n in range(3):
+        api.post_turn(f"turn {n}")
+    store = api.services.store
+    turns = [m.id for m in store.recent_turns(AGENT, PHONE, 10)]
+    fact = replace(new_memory(PHONE, "Works at the hospital"), source="extracted")
+    archived = store.apply_compaction(
+        AGENT,
+        PHONE,
+        summary="Talked about work.",
+        through_id=max(turns),
+        new_facts=[fact],
+        seen_again=[],
+        actor="model:fake",
+        from_turns=turns,
+    )
+    assert archived is not None and sorted(archived) == sorted(turns)
+    (row,) = db(api, "SELECT id, seen_count FROM memories")
+    assert (row["id"], row["seen_count"]) == (memory.id, 2)
+    history = api.client.get(f"{M}/{memory.id}/history", headers=admin()).json()["items"]
+    assert [h["action"] for h in history] == ["create", "seen_again"]
