@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import uvicorn
 from server.app import create_app, default_encoder_factory
 from server.config import DEFAULT_MODEL
 from tests.conftest import ADMIN_KEY, make_settings
+from tests.fakes import fake_factory
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -34,23 +36,38 @@ def _browser() -> str:
     return CHROMIUM
 
 
+@contextmanager
+def serving(app: Any, *, start_s: float = 30) -> Iterator[str]:
+    """The app on a free local port, in a thread, while the block runs; its base URL."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + start_s
+    while not server.started:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
 @pytest.fixture
 def live_server(tmp_path: Path) -> Iterator[str]:
     """The real default model (e5): the relevance, its floor and the screenshots are what a
     support agent sees."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     settings = make_settings(tmp_path, embedding_model=DEFAULT_MODEL, compact_keep=20)
     app = create_app(settings, encoder_factory=default_encoder_factory(settings), run_workers=False)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    with serving(app, start_s=60) as base:
+        _store_conversations(app, base)
+        yield base
+
+
+def _store_conversations(app: Any, base: str) -> None:
     admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
     def say(phone: str, content: str, role: str = "user", agent: str = "shop") -> None:
@@ -79,11 +96,6 @@ def live_server(tmp_path: Path) -> Iterator[str]:
     services = app.state.services
     services.memory.compact("shop", MAYA)  # the oldest turns are archived: "archived" shows
     services.indexer.drain()
-    try:
-        yield base
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 PAGER = "(document.querySelector('.pager .note') || {{}}).textContent?.includes('{}')"
@@ -276,24 +288,9 @@ def search(page: Any) -> tuple[list[str], list[str]]:
 @pytest.fixture
 def bare_server(tmp_path: Path) -> Iterator[str]:
     """A server with nothing stored and the fake model: for pages that need no data."""
-    from tests.fakes import fake_factory
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     app = create_app(make_settings(tmp_path), encoder_factory=fake_factory, run_workers=False)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with serving(app) as base:
+        yield base
 
 
 def test_docs_render_with_no_network(bare_server: str) -> None:
@@ -324,3 +321,171 @@ def test_docs_render_with_no_network(bare_server: str) -> None:
         page.screenshot(path=str(ARTIFACTS / "docs.png"))
         browser.close()
     assert elsewhere == []
+
+
+@pytest.fixture
+def small_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """The fake model (no floor: nothing hidden) and little data, for the page's own states:
+    35 turns about the weather (two pages of 30 in keyword mode) and two facts about no one
+    person. Its base URL and a staff key."""
+    app = create_app(make_settings(tmp_path), encoder_factory=fake_factory, run_workers=False)
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    with serving(app) as base:
+        for i in range(35):
+            turn = {"role": "assistant" if i % 2 else "user", "content": f"the weather {i}"}
+            answer = httpx.post(
+                f"{base}/v1/agents/shop/people/{MAYA}/messages", json=turn, headers=admin
+            )
+            assert answer.status_code == 201, answer.text
+        for fact in ("Parcels ship on Mondays", "Parcels to the islands take a week"):
+            answer = httpx.post(
+                f"{base}/v1/agents/shop/memories", json={"content": fact}, headers=admin
+            )
+            assert answer.status_code == 201 and answer.json()["phone"] is None, answer.text
+        app.state.services.indexer.drain()
+        yield base, new_key(base, scope="staff")
+
+
+@contextmanager
+def staff_page(base: str, width: int = 1280, height: int = 800) -> Iterator[Any]:
+    """The staff page in Chromium at that size."""
+    chromium = _browser()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, headless=True, args=BROWSER_ARGS)
+        page = browser.new_page(viewport={"width": width, "height": height})
+        page.goto(f"{base}/staff")
+        try:
+            yield page
+        finally:
+            browser.close()
+
+
+def status_error(page: Any) -> str:
+    page.click("#go")
+    page.wait_for_selector("#status.error")
+    return str(page.inner_text("#status"))
+
+
+def test_a_refused_key_closes_the_conversation(small_server: tuple[str, str]) -> None:
+    base, staff_key = small_server
+    with staff_page(base) as page:
+        page.fill("#key", staff_key)
+        page.fill("#query", "weather")
+        page.select_option("#mode", "keyword")
+        search(page)
+        page.locator(".open-at").first.click()
+        page.wait_for_selector("#timeline .turn.matched")
+
+        # A refused key: what the good one read goes, the conversation with the results.
+        page.fill("#key", "mk_wrong")
+        assert "not accepted" in status_error(page)
+        assert page.locator("#timeline .turn").count() == 0
+        assert "Open a result" in page.inner_text("#timeline")
+        assert page.locator(".hit").count() == 0
+
+        # The key fixed: results, and the error gone.
+        page.fill("#key", staff_key)
+        search(page)
+        assert page.locator(".hit").count() == 30
+        assert page.locator("#status.error").count() == 0
+
+
+def test_a_good_search_clears_an_old_error(small_server: tuple[str, str]) -> None:
+    """The key refused while a conversation opens (it changed since the results): the
+    conversation does not open, and once the key is fixed no error stays on the page."""
+    base, staff_key = small_server
+    with staff_page(base) as page:
+        page.fill("#key", staff_key)
+        page.fill("#query", "weather")
+        page.select_option("#mode", "keyword")
+        search(page)
+        page.fill("#key", "mk_wrong")
+        page.locator(".open-at").first.click()
+        page.wait_for_selector("#status.error, #timeline .error")
+        assert page.locator("#timeline .turn").count() == 0
+        page.fill("#key", staff_key)
+        search(page)
+        assert page.locator(".hit").count() == 30
+        assert page.locator("#status.error").count() == 0
+        assert page.locator(".error:visible").count() == 0, page.inner_text("main")
+
+
+def test_no_empty_results_card_before_there_is_something_to_show(
+    small_server: tuple[str, str],
+) -> None:
+    base, staff_key = small_server
+    with staff_page(base) as page:
+        assert not page.is_visible("#results")
+        # The conversation's panel keeps its column: it does not slide under the form's left.
+        panel = page.locator("#timeline").bounding_box()
+        assert panel is not None and panel["x"] > 1280 / 2
+        page.fill("#key", staff_key)
+        page.fill("#query", "zzzz qqqq")
+        page.select_option("#mode", "keyword")
+        search(page)
+        assert "No results" in page.inner_text("#status")
+        assert not page.is_visible("#results")
+        page.fill("#query", "weather")
+        search(page)
+        assert page.is_visible("#results") and page.locator(".hit").count() == 30
+
+
+def test_the_summary_says_when_more_results_follow(small_server: tuple[str, str]) -> None:
+    base, staff_key = small_server
+    with staff_page(base) as page:
+        page.fill("#key", staff_key)
+        page.fill("#query", "weather")
+        page.select_option("#mode", "keyword")
+        search(page)
+        said = page.inner_text("#status")
+        assert said.startswith("30 result(s) from 1 person(s)"), said
+        assert "More on the next page" in said, said
+        page.click("#next")
+        page.wait_for_function(PAGER.format("31-35"))
+        said = page.inner_text("#status")
+        assert said.startswith("5 result(s)") and "next page" not in said, said
+
+
+def test_results_about_no_one_person_are_not_from_this_person(
+    small_server: tuple[str, str],
+) -> None:
+    base, staff_key = small_server
+    with staff_page(base) as page:
+        page.fill("#key", staff_key)
+        page.fill("#query", "parcels")
+        page.select_option("#mode", "keyword")
+        search(page)
+        assert page.inner_text(".person h2").startswith("about no one person · shop")
+        assert page.inner_text("details.more > summary") == "1 more"
+
+
+def test_the_filters_fit_at_1280_by_800(bare_server: str) -> None:
+    """Six filters share a row at this width; the mode's longest choice shows whole."""
+    with staff_page(bare_server, 1280, 800) as page:
+        assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+        mode = page.locator("#mode").bounding_box()
+        filters = page.locator("#filters").bounding_box()
+        assert mode is not None and filters is not None
+        assert 0 <= mode["x"] <= 1280 - mode["width"]
+        assert 0 <= mode["y"] <= 800 - mode["height"]
+        assert filters["x"] <= mode["x"] <= filters["x"] + filters["width"] - mode["width"]
+        # As wide as the select would be on its own, next to it (the label's font).
+        whole = page.evaluate(
+            """() => {
+                const mode = document.getElementById("mode");
+                const alone = mode.cloneNode(true);
+                alone.removeAttribute("id");
+                alone.style.cssText = "position: absolute; visibility: hidden; width: max-content";
+                mode.after(alone);
+                const width = alone.getBoundingClientRect().width;
+                alone.remove();
+                return width;
+            }"""
+        )
+        assert mode["width"] >= whole - 0.5, (mode["width"], whole)
+        assert page.input_value("#mode") == "hybrid"
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "staff-1280x800.png"))
+
