@@ -175,6 +175,10 @@ def test_staff_page_is_served_without_a_key(api: Api) -> None:
     page = response.text
     assert "/v1/search" in page and "sessionStorage" in page
     assert "http://" not in page and "https://" not in page, "no external assets"
+    assert '<link rel="icon" href="/favicon.ico" type="image/svg+xml">' in page
+    icon = api.client.get("/favicon.ico")  # no key either: part of the page's shell
+    assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
+    assert icon.text.startswith("<svg") and "<script" not in icon.text
 
 
 def test_a_memory_about_no_one_person_has_no_phone(seeded: Api) -> None:

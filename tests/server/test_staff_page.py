@@ -489,3 +489,21 @@ def test_the_filters_fit_at_1280_by_800(bare_server: str) -> None:
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "staff-1280x800.png"))
 
+
+def test_the_page_has_an_icon(bare_server: str) -> None:
+    """/favicon.ico answers with an SVG the browser draws; the page links it; no key."""
+    with staff_page(bare_server) as page:
+        href = page.evaluate("document.querySelector('link[rel=icon]').href")
+        assert href == f"{bare_server}/favicon.ico"
+        width = page.evaluate(
+            """() => new Promise((done) => {
+                const icon = new Image();
+                icon.onload = () => done(icon.naturalWidth);
+                icon.onerror = () => done(-1);
+                icon.src = "/favicon.ico";
+            })"""
+        )
+        assert width > 0
+        answer = page.goto(f"{bare_server}/favicon.ico")
+        assert answer is not None and answer.status == 200
+        assert answer.headers["content-type"] == "image/svg+xml"
