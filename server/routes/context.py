@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from server.config import CALIBRATED, ExcerptMode, Settings
 from server.deps import AgentDep, PhoneDep, PrincipalDep, ServicesDep
 from server.memory import ContextRequest
 from server.schemas import ContextOut, ExcerptOut, FactOut, Turn
 
 router = APIRouter(prefix="/v1/agents/{agent}/people/{phone}", tags=["conversation"])
 
-# Left out, a value comes from the agent's settings, else the server's (MEMORY_...) settings,
-# whose defaults are given here.
-_DEFAULT = "Default: the agent's setting, else the server's; out of the box"
+
+def _default(setting: str, per_agent: str | None = None) -> str:
+    """Where a value left out comes from: the agent's setting (GET .../settings) when there is
+    one, else the server's; and the server's out of the box, read from Settings so that the
+    schema cannot say another default than the one served."""
+    value = Settings.model_fields[setting].default
+    server = f"MEMORY_{setting.upper()}"
+    source = f"the agent's `{per_agent}` setting, else {server}" if per_agent else server
+    return f"Default: {source}; out of the box {CALIBRATED if value is None else value}."
 
 
 @router.get("/context", response_model=ContextOut)
@@ -32,27 +39,51 @@ def build_context(
     ] = None,
     budget_chars: Annotated[
         int | None,
-        Query(ge=0, le=10_000_000, description=f"History budget in characters. {_DEFAULT} 12000."),
+        Query(
+            ge=0,
+            le=10_000_000,
+            description=f"History budget in characters. {_default('budget_chars')}",
+        ),
     ] = None,
     max_messages: Annotated[
-        int | None, Query(ge=0, le=1000, description=f"Most history turns. {_DEFAULT} 60.")
+        int | None,
+        Query(ge=0, le=1000, description=f"Most history turns. {_default('max_messages')}"),
     ] = None,
-    k: Annotated[int | None, Query(ge=0, le=200, description=f"Most facts. {_DEFAULT} 10.")] = None,
+    k: Annotated[
+        int | None,
+        Query(ge=0, le=200, description=f"Most facts. {_default('top_k', 'top_k')}"),
+    ] = None,
     threshold: Annotated[
         float | None,
-        Query(ge=-1.0, le=1.0, description=f"Cosine floor for facts. {_DEFAULT} 0.7."),
+        Query(
+            ge=-1.0,
+            le=1.0,
+            description=f"Cosine floor for facts. {_default('similarity_threshold', 'threshold')}",
+        ),
     ] = None,
     excerpt_k: Annotated[
         int | None,
-        Query(ge=0, le=200, description=f"Most archived-turn excerpts. {_DEFAULT} 10."),
+        Query(
+            ge=0,
+            le=200,
+            description=f"Most archived-turn excerpts. {_default('excerpt_k', 'excerpt_k')}",
+        ),
     ] = None,
     excerpt_threshold: Annotated[
         float | None,
-        Query(ge=-1.0, le=1.0, description=f"Cosine floor for semantic excerpts. {_DEFAULT} 0."),
+        Query(
+            ge=-1.0,
+            le=1.0,
+            description="Cosine floor for semantic excerpts (and the semantic half of hybrid)."
+            f" {_default('excerpt_threshold', 'excerpt_threshold')}",
+        ),
     ] = None,
     excerpt_mode: Annotated[
-        Literal["semantic", "keyword", "hybrid"] | None,
-        Query(description=f"How excerpts are found. {_DEFAULT} keyword."),
+        ExcerptMode | None,
+        Query(
+            description="How excerpts are found: semantic, keyword, or hybrid (both fused)."
+            f" {_default('excerpt_mode', 'excerpt_mode')}"
+        ),
     ] = None,
 ) -> ContextOut:
     """Facts, summary, days since the previous message, and the recent turns within budget."""

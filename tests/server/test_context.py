@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
-from tests.conftest import AGENT, PHONE, Api, FakeClock, assert_error
+from embeddings.calibration import calibration_for
+from server.config import CALIBRATED, Settings
+from tests.conftest import AGENT, PHONE, Api, FakeClock, admin, assert_error
 
 
 def test_three_turns_come_back_oldest_first(api: Api) -> None:
@@ -108,3 +111,48 @@ def test_bad_context_parameters_are_422(api: Api) -> None:
     assert_error(api.context(threshold=2), 422)
     assert_error(api.context(excerpt_mode="fuzzy"), 422)
     assert_error(api.context(phone="0044"), 422, "invalid_phone")
+
+
+def test_the_schema_says_the_defaults_a_fresh_agent_is_served(api: Api) -> None:
+    """Each context parameter's description in /openapi.json names the agent setting it falls
+    back to and the server's default; both agree with GET .../settings for a fresh agent and
+    with Settings (they once said excerpt_k 10, keyword and 0 while 15, hybrid and the model's
+    calibration were served)."""
+    schema = api.client.get("/openapi.json").json()
+    operation = schema["paths"]["/v1/agents/{agent}/people/{phone}/context"]["get"]
+    said = {p["name"]: p["description"] for p in operation["parameters"] if p["in"] == "query"}
+    fresh = api.client.get(f"/v1/agents/{AGENT}/settings", headers=admin()).json()
+    model = api.services.indexer.space.encoder.name
+    # parameter: (the agent setting, the server setting); budget and turns are the server's
+    sources = {
+        "budget_chars": (None, "budget_chars"),
+        "max_messages": (None, "max_messages"),
+        "k": ("top_k", "top_k"),
+        "threshold": ("threshold", "similarity_threshold"),
+        "excerpt_k": ("excerpt_k", "excerpt_k"),
+        "excerpt_threshold": ("excerpt_threshold", "excerpt_threshold"),
+        "excerpt_mode": ("excerpt_mode", "excerpt_mode"),
+    }
+    for name, (per_agent, server) in sources.items():
+        found = re.search(
+            r"Default: (?:the agent's `(\w+)` setting, else )?(\w+); out of the box (.+)\.$",
+            said[name],
+        )
+        assert found, (name, said[name])
+        assert found.group(1) == per_agent and found.group(2) == f"MEMORY_{server.upper()}", name
+        default = Settings.model_fields[server].default
+        served = fresh[per_agent] if per_agent else getattr(api.services.settings, server)
+        if default is None:  # the model's calibrated value
+            assert found.group(3) == CALIBRATED, name
+            assert served == getattr(calibration_for(model), server), name
+        else:
+            assert found.group(3) == str(default) == str(served), name
+
+
+def test_the_settings_example_shows_the_defaults(api: Api) -> None:
+    schema = api.client.get("/openapi.json").json()
+    example = schema["components"]["schemas"]["AgentSettingsOut"]["examples"][0]
+    fresh = api.client.get(f"/v1/agents/{AGENT}/settings", headers=admin()).json()
+    model_dependent = {"excerpt_threshold"}  # the example's is the default model's
+    kept = {k: v for k, v in example.items() if k not in model_dependent | {"retention_days"}}
+    assert kept == {k: fresh[k] for k in kept}

@@ -1,7 +1,9 @@
-"""The README documents every setting, and the OpenAPI schema every contract path."""
+"""The README documents every setting and its default; the OpenAPI schema every contract path."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 from server.config import Settings
@@ -18,6 +20,36 @@ def test_readme_documents_every_setting() -> None:
         if f"`MEMORY_{name.upper()}`" not in readme
     ]
     assert missing == []
+
+
+def test_readme_gives_each_setting_its_own_default() -> None:
+    """The README's settings table repeats each default: it must be the one Settings has.
+    (A default described in words, such as the model's calibrated value, is left alone.)"""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.partition("\n## Settings\n")[2].partition("\n## ")[0]
+    rows = re.findall(r"^\| `MEMORY_(\w+)` \| ([^|]+?) \|", section, flags=re.MULTILINE)
+    assert len(rows) >= len(Settings.model_fields)
+    checked = 0
+    for name, cell in rows:
+        field = Settings.model_fields[name.lower()]
+        default = field.get_default(call_default_factory=True)
+        if cell == "unset":
+            assert default is None, name
+        elif (literal := re.fullmatch(r"`([^`<]+)`", cell)) is not None:
+            assert _same(literal.group(1), default), (name, cell, default)
+        else:
+            continue
+        checked += 1
+    assert checked >= len(Settings.model_fields) - 3  # lance_uri and the calibrated two
+
+
+def _same(text: str, default: object) -> bool:
+    if isinstance(default, Path):
+        return Path(text) == default
+    if isinstance(default, str):
+        return text == default
+    value = json.loads(text)
+    return bool(value == (list(default) if isinstance(default, tuple) else default))
 
 
 def test_request_bodies_carry_examples(api: Api) -> None:
