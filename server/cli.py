@@ -1,4 +1,6 @@
-"""The memory-server command: serve, keys, reindex, forget."""
+"""The memory-server command: serve, keys, reindex, compact, forget, backup, restore, sweep,
+mcp. Each says on stderr which data folder (and database) it acts on; those that read or change
+data refuse one that holds no database, rather than make an empty one and report on it."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
@@ -21,11 +24,20 @@ from server.config import Settings, load_settings
 from server.errors import ApiError
 from server.logs import RepeatFilter
 from server.store import Store
+from server.store.pg_backup import PgError, schema_version
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from server.app import EncoderFactory
+
+# The commands that read or change data, and so need a database to be there. serve and keys
+# create make one; restore brings its own (it checks its backup before it makes anything).
+_READS_DATA = frozenset({"forget", "sweep", "reindex", "compact", "backup"})
+
+
+class NoDatabase(Exception):
+    """The data folder (or the database) a command would act on holds no memory-server data."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +56,54 @@ class Runtime:
         from server.app import default_encoder_factory
 
         return default_encoder_factory(self.settings)
+
+
+def _shown_url(url: str) -> str:
+    """The database URL without its password (in the user part, or a password= parameter)."""
+    parts = urlsplit(url)
+    user, _, hosts = parts.netloc.rpartition("@")
+    netloc = f"{user.partition(':')[0]}@{hosts}" if user else hosts
+    kept = [p for p in parts.query.split("&") if p and p.split("=")[0].lower() != "password"]
+    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{'&'.join(kept)}" if kept else "")
+
+
+def _acted_on(settings: Settings) -> str:
+    """The data folder as an absolute path, and the database and the vector store when
+    settings move them out of it: what a command's first line on stderr says."""
+    said = f"data folder {settings.data_dir.resolve()}"
+    if settings.database_url:
+        said += f"; database {_shown_url(settings.database_url)}"
+    if settings.lance_remote:
+        said += f"; vectors {settings.lance_uri}"
+    elif settings.lance_uri:
+        said += f"; vectors {settings.lance_path.resolve()}"
+    return said
+
+
+def _reads_data(args: argparse.Namespace) -> bool:
+    if args.command == "keys":
+        return bool(args.keys_command != "create")
+    return args.command in _READS_DATA
+
+
+def _require_database(settings: Settings) -> None:
+    """NoDatabase unless the settings name memory-server data, checked without making any
+    (opening the Store would make the database and migrate it)."""
+    folder = settings.data_dir.resolve()
+    only = "only serve and keys create make a new one"
+    if settings.database_url:
+        if schema_version(settings.database_url) == 0:
+            raise NoDatabase(
+                f"the database {_shown_url(settings.database_url)} holds no memory-server"
+                " schema: nothing was done. Set MEMORY_DATABASE_URL and MEMORY_DATA_DIR (here"
+                f" {folder}) as the server has them; {only}"
+            )
+    elif not settings.sqlite_path.is_file():
+        raise NoDatabase(
+            f"{folder} holds no database (no memory.db): nothing was done. Run this in the"
+            " folder the server runs in, or set MEMORY_DATA_DIR to the server's data folder"
+            f" (and MEMORY_DATABASE_URL if it uses PostgreSQL); {only}"
+        )
 
 
 def _port_in_use(host: str, port: int) -> str | None:
@@ -133,7 +193,8 @@ def _raise_open_files_limit() -> None:
 
 def _keys(rt: Runtime, args: argparse.Namespace) -> int:
     settings = rt.settings
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if args.keys_command == "create":  # the one command besides serve that may make a database
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
     store = Store.open(settings)
     keys = KeyRing(store, settings.admin_key)
     try:
@@ -283,7 +344,12 @@ def _backup(rt: Runtime, args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="memory-server", description="Conversation memory for AI agents, over HTTP."
+        prog="memory-server",
+        description="Conversation memory for AI agents, over HTTP.",
+        epilog="Every command but mcp says first, on stderr, the data folder it acts on"
+        " (MEMORY_DATA_DIR, default ./data of the folder it runs in) and the database"
+        " (MEMORY_DATABASE_URL). Those that read or change data refuse a folder that holds no"
+        " database (exit 2): only serve and keys create make one.",
     )
     parser.add_argument("--version", action="version", version=__version__)
     commands = parser.add_subparsers(dest="command")
@@ -396,7 +462,12 @@ def main(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         handlers=[handler],
     )
-    runtime = Runtime(settings, encoder_factory)
+    if args.command != "mcp":  # (mcp acts on no folder: it forwards to MEMORY_URL)
+        print(f"memory-server: {_acted_on(settings)}", file=sys.stderr, flush=True)
+    return _run(Runtime(settings, encoder_factory), args)
+
+
+def _run(runtime: Runtime, args: argparse.Namespace) -> int:
     handlers = {
         "serve": _serve,
         None: _serve,
@@ -410,7 +481,12 @@ def main(
         "mcp": _mcp,
     }
     try:
+        if _reads_data(args):
+            _require_database(runtime.settings)
         return handlers[args.command](runtime, args)
+    except (NoDatabase, PgError) as exc:
+        print(f"memory-server: {exc}", file=sys.stderr)
+        return 2
     except ApiError as exc:
         print(f"memory-server: {exc.message}", file=sys.stderr)
         return 2

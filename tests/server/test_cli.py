@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,8 @@ from fastapi.testclient import TestClient
 
 from server.app import create_app
 from server.cli import main
-from tests.backends import data_env, set_data_env
+from server.store import Store
+from tests.backends import ADMIN_URL, data_env, on_postgres, set_data_env
 from tests.conftest import bearer, make_settings
 from tests.fakes import fake_factory
 
@@ -128,6 +131,8 @@ def test_commands_that_need_no_model_do_not_import_the_model_stack(
 ) -> None:
     """--help, --version and keys answer in about 0.6 s (2.4-2.7 s when LanceDB was imported
     up front, 10-23 s with torch)."""
+    (tmp_path / "data").mkdir()
+    Store.open(make_settings(tmp_path / "data")).close()  # keys list needs a database
     out, loaded, code = run_and_list_heavy_imports(tmp_path / "data", args)
     assert (loaded, code) == ([], 0), out
 
@@ -189,6 +194,7 @@ def test_reindex_against_an_empty_database_deletes_nothing(
         name = app.state.services.indexer.space.index.name
     elsewhere = tmp_path / "elsewhere"  # the same vectors, next to a database with nothing
     shutil.copytree(served / "lance", elsewhere / "lance")
+    Store.open(make_settings(elsewhere)).close()  # (a folder with none at all is refused first)
     set_data_env(monkeypatch, elsewhere)
     monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "fake-hash")
     assert main(["reindex", "--quiet"], encoder_factory=fake_factory) == 2
@@ -207,3 +213,150 @@ def test_a_database_url_that_is_not_postgresql_is_refused_without_echoing_it(
     assert "MEMORY_DATABASE_URL" in said and "postgresql://" in said, said
     assert "hunter2secret" not in said  # a URL may carry a password
     assert not (tmp_path / "memory.db").exists()  # nothing was opened
+
+
+# -- which folder: said, and refused when it holds no database (issue 23) -----------------------
+
+FOLDER_LINE = "memory-server: data folder "
+
+
+@pytest.fixture
+def empty_database() -> Iterator[str | None]:
+    """On the PostgreSQL pass a database with no schema (what a shell whose
+    MEMORY_DATABASE_URL names the wrong database reaches); None on SQLite."""
+    if not on_postgres():
+        yield None
+        return
+    import psycopg
+
+    name = f"memtest_empty_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    try:
+        yield ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def _schema_made(url: str) -> bool:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL").fetchone()
+    return bool(row and row[0])
+
+
+def _in_a_fresh_folder(
+    folder: Path, monkeypatch: pytest.MonkeyPatch, database_url: str | None
+) -> None:
+    """An operator's shell in `folder`, with no MEMORY_DATA_DIR: the default ./data."""
+    folder.mkdir(exist_ok=True)
+    monkeypatch.chdir(folder)
+    monkeypatch.delenv("MEMORY_DATA_DIR", raising=False)
+    monkeypatch.delenv("MEMORY_DATABASE_URL", raising=False)
+    if database_url:
+        monkeypatch.setenv("MEMORY_DATABASE_URL", database_url)
+    monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "fake-hash")
+
+
+READERS = [
+    ["forget", "--agent", "support-bot", "--phone", "+15551234567"],
+    ["keys", "list"],
+    ["keys", "list", "--json"],
+    ["keys", "revoke", "key_0123"],
+    ["backup", "bk"],
+    ["compact"],
+    ["reindex", "--quiet"],
+    ["reindex", "--model", "fake-other-32d", "--quiet"],
+    ["sweep", "--json"],
+]
+
+
+@pytest.mark.parametrize("argv", READERS, ids=" ".join)
+def test_a_command_that_reads_data_refuses_a_folder_without_a_database(
+    argv: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    empty_database: str | None,
+) -> None:
+    """From any folder but the server's, `forget` made ./data/memory.db, printed zeros and
+    exited 0; now it says which folder it looked at and how to name the right one."""
+    _in_a_fresh_folder(tmp_path / "elsewhere", monkeypatch, empty_database)
+    assert main(argv, encoder_factory=fake_factory) == 2
+    said = capsys.readouterr()
+    folder = str((tmp_path / "elsewhere" / "data").resolve())
+    assert said.out == ""
+    lines = said.err.splitlines()
+    assert lines[0] == f"{FOLDER_LINE}{folder}" + (
+        f"; database {empty_database}" if empty_database else ""
+    )
+    assert folder in lines[1] and "MEMORY_DATA_DIR" in lines[1], said.err
+    assert "no memory-server schema" in lines[1] if empty_database else "no memory.db" in lines[1]
+    assert list((tmp_path / "elsewhere").iterdir()) == []  # nothing made, not even ./data
+    if empty_database:
+        assert not _schema_made(empty_database)
+
+
+def test_restore_makes_the_folder_it_restores_into_and_nothing_from_a_bad_backup(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    empty_database: str | None,
+) -> None:
+    set_data_env(monkeypatch, tmp_path / "served")
+    monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "fake-hash")
+    assert main(["keys", "create", "--scope", "admin", "--json"]) == 0
+    made = json.loads(capsys.readouterr().out)
+    assert main(["backup", str(tmp_path / "bk")], encoder_factory=fake_factory) == 0
+    capsys.readouterr()
+
+    _in_a_fresh_folder(tmp_path / "elsewhere", monkeypatch, empty_database)
+    assert main(["restore", str(tmp_path / "served")], encoder_factory=fake_factory) == 2
+    said = capsys.readouterr().err
+    assert "is not a backup made by `memory-server backup`" in said, said
+    assert list((tmp_path / "elsewhere").iterdir()) == []  # refused before anything was made
+
+    assert main(["restore", str(tmp_path / "bk")], encoder_factory=fake_factory) == 0
+    folder = (tmp_path / "elsewhere" / "data").resolve()
+    assert capsys.readouterr().err.startswith(f"{FOLDER_LINE}{folder}")
+    assert main(["keys", "list", "--json"]) == 0  # the restored folder is served from here
+    assert [k["id"] for k in json.loads(capsys.readouterr().out)] == [made["id"]]
+
+
+def test_every_command_says_its_folder_on_stderr_and_json_stays_alone_on_stdout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    set_data_env(monkeypatch, tmp_path / "data")
+    monkeypatch.setenv("MEMORY_DATA_DIR", "data")  # relative: said as the absolute path
+    monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "fake-hash")
+    folder = f"{FOLDER_LINE}{(tmp_path / 'data').resolve()}"
+    argvs = [
+        ["keys", "create", "--scope", "admin", "--json"],  # makes the database
+        ["keys", "list", "--json"],
+        ["forget", "--agent", "a", "--phone", "+15551230001", "--json"],
+        ["sweep", "--json"],
+        ["compact", "--quiet", "--json"],
+        ["reindex", "--quiet", "--json"],
+        ["backup", str(tmp_path / "bk"), "--json"],
+    ]
+    for argv in argvs:
+        assert main(argv, encoder_factory=fake_factory) == 0, argv
+        said = capsys.readouterr()
+        assert said.err.splitlines()[0].startswith(folder), (argv, said.err)
+        json.loads(said.out)  # one JSON document, nothing else
+
+
+@pytest.mark.postgresql
+def test_the_folder_line_names_the_database_without_its_password(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = data_env(tmp_path)["MEMORY_DATABASE_URL"]
+    with_password = url.replace("postgres@", "postgres:hunter2pw-0b7c@")  # trust auth ignores it
+    monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("MEMORY_DATABASE_URL", with_password + "?password=hunter2pw-0b7c")
+    assert main(["keys", "list"]) == 0
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first == f"{FOLDER_LINE}{tmp_path.resolve()}; database {url}", first

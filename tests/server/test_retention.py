@@ -292,7 +292,8 @@ def test_sweep_from_the_command_line(
     settings = make_settings(tmp_path)
     set_data_env(monkeypatch, tmp_path)
     monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "fake-hash")
-    assert main(["sweep", "--json"]) == 0  # a new folder: nothing to do, no model loaded
+    Store.open(settings).close()  # (a folder without a database is refused: test_cli.py)
+    assert main(["sweep", "--json"]) == 0  # a new database: nothing to do, no model loaded
     assert json.loads(capsys.readouterr().out) == {"agents": 0, "people": 0, "archived_turns": 0}
 
     app = create_app(settings, clock=clock, encoder_factory=fake_factory, run_workers=False)
