@@ -29,6 +29,7 @@ from server.store.pg_backup import PgError, schema_version
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from embeddings.encoder import Encoder
     from server.app import EncoderFactory
 
 # The commands that read or change data, and so need a database to be there. serve and keys
@@ -56,6 +57,11 @@ class Runtime:
         from server.app import default_encoder_factory
 
         return default_encoder_factory(self.settings)
+
+    def load_encoder(self, model: str) -> Encoder:
+        """The model, loaded now: the model stack is imported only when a command gets here
+        (a reindex refused beside a server does not)."""
+        return self.encoder_factory(model)
 
 
 def _shown_url(url: str) -> str:
@@ -284,10 +290,12 @@ def _sweep(rt: Runtime, args: argparse.Namespace) -> int:
 
 
 def _reindex(rt: Runtime, args: argparse.Namespace) -> int:
+    # The model stack is imported only once the folder's lock allows the reindex: refused
+    # beside a server, it answers in a second, not after loading the model (15-28 s).
     from server.reindex import rebuild_index
 
     model = args.model or rt.settings.embedding_model
-    report = rebuild_index(rt.settings, model, rt.encoder_factory, progress=not args.quiet)
+    report = rebuild_index(rt.settings, model, rt.load_encoder, progress=not args.quiet)
     done = dataclasses.asdict(report)
     output.emit(args.json, done, output.record(done))
     return 0

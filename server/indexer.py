@@ -26,6 +26,8 @@ from embeddings.index import (
 )
 from server import native
 from server.hooks import Hooks
+from server.serving import ACTIVE_MODEL as ACTIVE_MODEL  # (defined where no model stack loads)
+from server.serving import ACTIVE_TABLE as ACTIVE_TABLE
 from server.store import Memory, Message, OutboxItem, Store, Summary
 from server.store.leases import Lease
 
@@ -35,8 +37,6 @@ KINDS = ("turn", "fact", "summary")
 # A standby replica tries the lease this often: it takes over within about a second of
 # the holder's death (PostgreSQL: of its session's end).
 LEASE_POLL_S = 1.0
-ACTIVE_MODEL = "active_model"  # meta key: the model the server should use (set by reindex)
-ACTIVE_TABLE = "active_table"  # meta key: the table it answers from (its version included)
 
 
 @dataclass

@@ -3,29 +3,27 @@
 from __future__ import annotations
 
 import time
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from tqdm import tqdm
 
-from embeddings.encoder import Encoder
-from embeddings.index import VectorIndex, WriteLock, table_name, vector_text
-from server.app import EncoderFactory
+from embeddings.e5 import E5_SMALL, is_e5_model
+from embeddings.encoder import Encoder, model_slug
 from server.config import Settings
 from server.errors import Conflict
 from server.hooks import Hooks
-from server.indexer import (
-    ACTIVE_MODEL,
-    ACTIVE_TABLE,
-    KINDS,
-    orphans_of,
-    queue_missing,
-    source_rows,
-)
-from server.serving import no_server
+from server.serving import ACTIVE_MODEL, ACTIVE_TABLE, no_server
 from server.store import Store
-from server.vectors import lance_location
+
+if TYPE_CHECKING:
+    from server.app import EncoderFactory
+
+# LanceDB and the model stack are imported by _rebuild only, once the folder's lock allows
+# the reindex: refused beside a server, it answers at once (tests/server/test_cli_live.py).
 
 
 class NotItsDatabase(Conflict):
@@ -68,27 +66,48 @@ def rebuild_index(
     started = time.perf_counter()
     store = Store.open(settings)
     try:
-        encoder = factory(model)
-        with _alone_unless_served(settings, store, encoder):
+        with _loaded_alone_unless_served(settings, store, model, factory) as encoder:
             return _rebuild(settings, store, encoder, model, progress, chunk, hooks, started)
     finally:
         store.close()
 
 
-def _alone_unless_served(
-    settings: Settings, store: Store, encoder: Encoder
-) -> AbstractContextManager[None]:
-    """Nothing to hold when the table is the one served (or nothing was ever served); else the
-    folder to ourselves (server/serving.py)."""
+@contextmanager
+def _loaded_alone_unless_served(
+    settings: Settings, store: Store, model: str, factory: EncoderFactory
+) -> Iterator[Encoder]:
+    """The model loaded, with the folder to ourselves (server/serving.py) unless its table is
+    the one served, or nothing was ever served. A model other than the served one is refused
+    (FolderInUse) before it loads: loading MiniLM beside a busy server took 15-28 s. The served
+    model's table may still be of a newer version than the one served: known once loaded."""
+    served = store.meta(ACTIVE_MODEL)
+    if served is not None and _slug(served) != _slug(model):
+        with no_server(settings.data_dir, _advice(model, f"{model}'s table")):
+            yield factory(model)
+        return
+    from embeddings.index import table_name
+
+    encoder = factory(model)
     target = table_name(encoder.name, encoder.dim)
     if store.meta(ACTIVE_TABLE) in (None, target):
-        return nullcontext()
-    return no_server(
-        settings.data_dir,
+        yield encoder
+        return
+    with no_server(settings.data_dir, _advice(encoder.name, target)):
+        yield encoder
+
+
+def _slug(model: str) -> str:
+    """The model's part of its table's name, as the encoder will name it (e5 by either of its
+    names; a folder by its own name): equal for two names of one table."""
+    return model_slug(E5_SMALL if is_e5_model(model) else model)
+
+
+def _advice(model: str, target: str) -> str:
+    return (
         f"a reindex into {target} next to it would miss what the server writes meanwhile."
-        f" To move it to {encoder.name}, restart it with MEMORY_EMBEDDING_MODEL={encoder.name}:"
+        f" To move it to {model}, restart it with MEMORY_EMBEDDING_MODEL={model}:"
         " it builds the new table while answering from the old one. Or stop it, then run"
-        " this again",
+        " this again"
     )
 
 
@@ -102,6 +121,10 @@ def _rebuild(
     hooks: Hooks,
     started: float,
 ) -> ReindexReport:
+    from embeddings.index import VectorIndex, WriteLock, vector_text
+    from server.indexer import KINDS, orphans_of, queue_missing, source_rows
+    from server.vectors import lance_location
+
     index = VectorIndex(lance_location(settings, store), encoder.name, encoder.dim)
     if store.count_sources() == 0 and index.count() > 0:
         # Every row would be an orphan and be deleted: this is not the database the index
@@ -153,3 +176,4 @@ def _rebuild(
         seconds=round(time.perf_counter() - started, 2),
         queued_after=queued,
     )
+

@@ -1,8 +1,8 @@
-"""Which data folders a server is serving: a lock file every running server holds shared, so
-that commands that must not run under it (`restore`, which replaces the files the server has
-open; `reindex` into a table the server does not serve, whose switch would lose the server's
-writes meanwhile) can tell and refuse. flock locks go with the process: a killed server holds
-none."""
+"""Which data folders a server is serving, and with which model: a lock file every running
+server holds shared, so that commands that must not run under it (`restore`, which replaces the
+files the server has open; `reindex` into a table the server does not serve, whose switch would
+lose the server's writes meanwhile) can tell and refuse. flock locks go with the process: a
+killed server holds none."""
 
 from __future__ import annotations
 
@@ -16,6 +16,11 @@ from pathlib import Path
 from server.errors import Conflict
 
 LOCK_NAME = "server.lock"
+# Meta keys (the database's meta table) of what a folder is served with, read before any model
+# loads: the model the server should use (set by a reindex), and the table it answers from
+# (its version included).
+ACTIVE_MODEL = "active_model"
+ACTIVE_TABLE = "active_table"
 log = logging.getLogger(__name__)
 
 

@@ -30,6 +30,7 @@ from tests.conftest import ADMIN_KEY, admin, bearer, make_settings
 from tests.fake_llm import GOOD_FACTS, FakeLLM
 from tests.fakes import fake_factory
 from tests.live import ROOT, Server
+from tests.server.test_cli import run_and_list_heavy_imports
 
 pytestmark = pytest.mark.slow
 
@@ -370,6 +371,30 @@ def test_reindex_into_another_model_while_serving_is_refused_and_changes_nothing
     assert "a server is serving" in done.stderr, done.stderr
     assert "MEMORY_EMBEDDING_MODEL=hash:32" in done.stderr, done.stderr
     assert sorted(os.listdir(live.server.data_dir / "lance")) == tables
+    assert live.health()["model"] == MODEL
+    live.still_serves(phone)
+
+
+def test_reindex_into_a_model_the_server_does_not_serve_is_refused_before_it_loads(
+    live: Live,
+) -> None:
+    """Beside a running server, `reindex --model all-MiniLM-L6-v2` loaded the model (two
+    copies) and was refused 15-28 s later: the folder's lock is now taken, or refused, first."""
+    phone = "+15552000009"
+    live.converse(phone, 4, "minilm-canary")
+    live.server.wait_indexed(30)
+    started = time.perf_counter()
+    done = live.cli("reindex", "--model", "all-MiniLM-L6-v2", "--json")
+    seconds = time.perf_counter() - started
+    assert done.returncode == 2, done.stdout
+    assert "a server is serving" in done.stderr, done.stderr
+    assert "MEMORY_EMBEDDING_MODEL=all-MiniLM-L6-v2" in done.stderr, done.stderr
+    assert done.stdout == ""
+    assert seconds < 5, f"refused after {seconds:.1f} s"  # 1-2 s here; 15-28 s with the model
+    out, loaded, code = run_and_list_heavy_imports(
+        live.server.data_dir, ["reindex", "--model", "all-MiniLM-L6-v2"]
+    )
+    assert (loaded, code) == ([], 2), out
     assert live.health()["model"] == MODEL
     live.still_serves(phone)
 
