@@ -205,7 +205,10 @@ def _copy_table(source: LanceLocation, dest: LanceLocation, name: str) -> int:
         try:
             table = source.connect().open_table(name)
             data = table.to_lance().to_table()  # the version opened: later writes are not seen
-            dest.connect().create_table(name, data, mode="overwrite")
+            # "overwrite" of a table not there yet made Lance log a WARN on the terminal ("No
+            # existing dataset at ..., it will be created"): a new table is created as such.
+            mode = "overwrite" if name in dest.table_names() else "create"
+            dest.connect().create_table(name, data, mode=mode)
             return int(data.num_rows)
         except (OSError, RuntimeError, ValueError):
             if attempt == 2:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from embeddings.encoder import Encoder
     from server.app import EncoderFactory
+    from server.deps import Services
 
 # The commands that read or change data, and so need a database to be there. serve and keys
 # create make one; restore brings its own (it checks its backup before it makes anything).
@@ -311,10 +312,9 @@ def _compact(rt: Runtime, args: argparse.Namespace) -> int:
     services = open_services(rt.settings, encoder_factory=rt.encoder_factory, follow_folder=True)
     totals = {"people": 0, "archived": 0, "facts_added": 0, "failed": 0}
     try:
-        # Everyone with turns waiting; compact() does nothing for those within compact_keep.
-        people = services.store.people_to_compact(more_than=0, agent=agent, phone=phone)
+        people = _people_to_compact(services, agent, phone)
         for person_agent, person_phone in tqdm(
-            people, desc="compact", unit="person", disable=args.quiet
+            people, desc="compact", unit=" people", disable=args.quiet
         ):
             try:
                 done = services.memory.compact(person_agent, person_phone)
@@ -332,6 +332,23 @@ def _compact(rt: Runtime, args: argparse.Namespace) -> int:
         services.store.close()
     output.emit(args.json, totals, output.record(totals))
     return 1 if totals["failed"] else 0
+
+
+def _people_to_compact(
+    services: Services, agent: str | None, phone: str | None
+) -> list[tuple[str, str]]:
+    """The people compact() archives turns of: more waiting than their agent's compact_keep.
+    (Everyone with a turn waiting was counted, so the bar said 3/3 where the result said 2.)"""
+    store = services.store
+    waiting = store.people_to_compact(more_than=0, agent=agent, phone=phone)
+    agents = sorted({name for name, _ in waiting})
+    return [
+        person
+        for name in agents
+        for person in store.people_to_compact(
+            more_than=services.memory.agent_config(name).compact_keep, agent=name, phone=phone
+        )
+    ]
 
 
 def _backup(rt: Runtime, args: argparse.Namespace) -> int:
@@ -361,7 +378,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=__version__)
     commands = parser.add_subparsers(dest="command")
-    commands.add_parser("serve", help="run the HTTP server (the default)")
+    commands.add_parser(
+        "serve",
+        help="run the HTTP server (the default)",
+        description="Run the HTTP server (the API, the staff page, /health) on"
+        " MEMORY_HOST:MEMORY_PORT (127.0.0.1:8080), with the data in MEMORY_DATA_DIR (./data"
+        " of the folder it runs in: the SQLite database memory.db and the vector tables, made"
+        " at the first start), or the database at MEMORY_DATABASE_URL. It answers /health"
+        ' "starting" at once while it loads the model (MEMORY_EMBEDDING_MODEL). Every setting'
+        " is an environment variable MEMORY_<NAME>: the README's Settings section lists them"
+        " all.",
+    )
     # Every command that prints a result: readable text, or JSON for scripts.
     as_json = argparse.ArgumentParser(add_help=False)
     as_json.add_argument("--json", action="store_true", help="print the result as JSON")

@@ -136,7 +136,7 @@ def _rebuild(
         )
     written = 0
     bar = tqdm(
-        total=store.count_sources(), desc=f"reindex {model}", unit="item", disable=not progress
+        total=store.count_sources(), desc=f"reindex {model}", unit=" items", disable=not progress
     )
     for kind in KINDS:
         for ids in store.iter_sources(kind, chunk):
@@ -156,8 +156,9 @@ def _rebuild(
                 if rows:
                     index.upsert(rows, np.stack([vectors[vector_text(r)] for r in rows]))
             written += len(rows)
-            bar.update(len(ids))
+            _advance(bar, store, len(rows))
             hooks.reach("reindex.batch_written")
+    bar.total = bar.n  # what was written, as the report says (turns may have come or gone)
     bar.close()
     orphans = orphans_of(store, index)
     index.delete_ids(orphans)
@@ -177,3 +178,10 @@ def _rebuild(
         queued_after=queued,
     )
 
+
+def _advance(bar: tqdm[None], store: Store, written: int) -> None:
+    """Count items written; past the total (counted at the start: a server beside it stores
+    turns meanwhile), the total is counted again, so the bar never runs past it."""
+    if bar.total is not None and bar.n + written > bar.total:
+        bar.total = max(store.count_sources(), bar.n + written)
+    bar.update(written)

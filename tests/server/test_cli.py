@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import uuid
@@ -14,9 +15,12 @@ from fastapi.testclient import TestClient
 
 from server.app import create_app
 from server.cli import main
+from server.config import Settings
+from server.hooks import Hooks
+from server.reindex import rebuild_index
 from server.store import Store
-from tests.backends import ADMIN_URL, data_env, on_postgres, set_data_env
-from tests.conftest import bearer, make_settings
+from tests.backends import ADMIN_URL, data_env, execute, on_postgres, set_data_env
+from tests.conftest import ADMIN_KEY, bearer, make_settings
 from tests.fakes import fake_factory
 
 
@@ -360,3 +364,92 @@ def test_the_folder_line_names_the_database_without_its_password(
     assert main(["keys", "list"]) == 0
     first = capsys.readouterr().err.splitlines()[0]
     assert first == f"{FOLDER_LINE}{tmp_path.resolve()}; database {url}", first
+
+
+def test_serve_help_says_what_it_does_and_which_settings_it_reads(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    for setting in ("MEMORY_HOST", "MEMORY_PORT", "MEMORY_DATA_DIR", "MEMORY_DATABASE_URL"):
+        assert setting in said, said
+    assert "README" in said and "Settings" in said, said
+
+
+# -- what the commands print (issue 23) ----------------------------------------------------------
+
+
+def _served_folder(folder: Path, turns: dict[str, int]) -> Settings:
+    """A folder a server stored `turns` (count by phone) in, and indexed."""
+    settings = make_settings(folder)
+    app = create_app(settings, encoder_factory=fake_factory, run_workers=False)
+    with TestClient(app) as client:
+        for phone, count in turns.items():
+            for i in range(count):
+                client.post(
+                    f"/v1/agents/bot/people/{phone}/messages",
+                    json={"role": "user", "content": f"turn {i} of {phone}"},
+                    headers=bearer(ADMIN_KEY),
+                )
+        app.state.services.indexer.drain()
+    return settings
+
+
+def test_backup_prints_no_warning_of_lance(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Lance logged `WARN lance::dataset::write::insert] No existing dataset at ...` on the
+    terminal for every table copied (written with mode overwrite into a new folder)."""
+    _served_folder(tmp_path / "data", {"+15550001111": 2})
+    set_data_env(monkeypatch, tmp_path / "data")
+    monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "fake-hash")
+    assert main(["backup", str(tmp_path / "bk")], encoder_factory=fake_factory) == 0
+    said = capfd.readouterr()
+    assert "WARN" not in said.err and "No existing dataset" not in said.err, said.err
+    assert "memory_v4_fake_hash_64  2" in said.out, said.out
+
+
+def _last_bar(err: str) -> tuple[int, int]:
+    counts = re.findall(r"(\d+)/(\d+) \[", err)
+    assert counts, err
+    return int(counts[-1][0]), int(counts[-1][1])
+
+
+def test_the_compact_bar_counts_the_people_the_result_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The bar said 3/3 people where the result said 2: it counted everyone with a turn
+    waiting, compact() archives only past the agent's compact_keep (20)."""
+    _served_folder(tmp_path / "data", {"+15550001111": 23, "+15550002222": 22, "+15550003333": 3})
+    set_data_env(monkeypatch, tmp_path / "data")
+    monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "fake-hash")
+    assert main(["compact", "--json"], encoder_factory=fake_factory) == 0
+    said = capsys.readouterr()
+    assert json.loads(said.out) == {"people": 2, "archived": 5, "facts_added": 0, "failed": 0}
+    assert _last_bar(said.err) == (2, 2), said.err
+    assert " people/s" in said.err, said.err
+
+
+def test_the_reindex_bar_ends_at_the_items_the_result_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The bar went from 0/167 to "170item": its total was counted once, before the server
+    stored or forgot anything meanwhile. Here a person is forgotten (their rows deleted)
+    while the first chunk is embedded, another's turns come in: the bar ends where the
+    report does, n/n, and never runs past its total."""
+    settings = _served_folder(tmp_path / "data", {"+15550001111": 4, "+15550002222": 4})
+
+    def meanwhile() -> None:
+        execute(settings, "DELETE FROM messages WHERE phone = ?", "+15550002222")
+        _served_folder(tmp_path / "data", {"+15550003333": 5})
+
+    hooks = Hooks()
+    hooks.once("reindex.embedded", meanwhile)
+    report = rebuild_index(settings, "fake-hash", fake_factory, chunk=3, hooks=hooks)
+    err = capsys.readouterr().err
+    assert _last_bar(err) == (report.items, report.items), (report, err)
+    for done, total in re.findall(r"(\d+)/(\d+) \[", err):
+        assert int(done) <= int(total), err
+    assert re.search(r"\d+ ?items? \[", err) is None, err  # the count without its total
+    assert " items/s" in err, err
