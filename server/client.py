@@ -27,11 +27,12 @@ Errors: every failure raises `MemoryServerError(status, code, message)`.
 - An answer that cannot be read: code `invalid_answer`, with the status of a 2xx that does not
   fit its model, or status 0 when httpx cannot decode the body (its Content-Encoding).
 
-Retries: idempotent calls (every GET, PUT and DELETE, the two searches, forget, opt-out, and
-remember with an event_id, which the server stores once) are retried up to `retries` times on
-503 and on connection errors and timeouts, after the answer's Retry-After (at most 30 s) or
-else backoff * 2**n seconds (at most 8 s). Other calls (remember without an event_id, creating
-a memory or a key, compaction, review) are sent once: a retry could do them twice.
+Retries: idempotent calls (every GET, PUT and DELETE, the two searches, forget, opt-out,
+remember with an event_id, which the server stores once, and adding a memory, which the server
+does not store twice) are retried up to `retries` times on 503 and on connection errors and
+timeouts, after the answer's Retry-After (at most 30 s) or else backoff * 2**n seconds (at most
+8 s). Other calls (remember without an event_id, creating a key, compaction, review) are sent
+once: a retry could do them twice.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ from server.schemas import (
     KeyRevoked,
     MemoriesCleared,
     MemoryCreate,
+    MemoryCreated,
     MemoryDeleted,
     MemoryHistoryOut,
     MemoryList,
@@ -263,11 +265,13 @@ def _get_opt_out(agent: str, phone: str) -> _Call[OptOutOut]:
 
 def _add_memory(
     agent: str, content: str, phone: str | None = None, type: str = "fact", **fields: Any
-) -> _Call[MemoryOut]:
+) -> _Call[MemoryCreated]:
     """Add a memory (fields: confidence, metadata, session_id, task_id, graph_id); it is
-    searchable when the call returns. Not retried: a retry could add it twice."""
+    searchable when the call returns. An identical current memory is not stored twice: its
+    answer is that one, with `stored` false; so a retry adds nothing and the call is retried."""
     values = {"content": content, "type": type, **_given(phone=phone), **fields}
-    return _Call("POST", _memories(agent), _json(MemoryOut), body=_body(MemoryCreate, values))
+    body = _body(MemoryCreate, values)
+    return _Call("POST", _memories(agent), _json(MemoryCreated), body=body, idempotent=True)
 
 
 def _get_memory(

@@ -26,7 +26,7 @@ from pydantic import Field
 
 from server import __version__
 from server.client import AsyncMemoryClient, MemoryServerError
-from server.schemas import ContextOut, MemoryOut, MemorySearchOut, MessageStored
+from server.schemas import ContextOut, MemoryCreated, MemorySearchOut, MessageStored
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
@@ -118,7 +118,9 @@ def build_mcp(clients: ClientSource) -> MCPServer:
 
     @server.tool(
         description="Keep a durable memory: a fact about a person (with phone) or about the"
-        " agent's work in general (without). It is searchable as soon as this returns."
+        " agent's work in general (without). It is searchable as soon as this returns. The"
+        " same memory again (same person, type and content) is not kept twice: the answer is"
+        " the one kept already, with stored false."
     )
     async def add_memory(
         agent: Agent,
@@ -129,7 +131,7 @@ def build_mcp(clients: ClientSource) -> MCPServer:
             Literal["fact", "preference", "context"],
             Field(description="fact (default), preference, or context."),
         ] = "fact",
-    ) -> MemoryOut:
+    ) -> MemoryCreated:
         return await _call(
             clients(ctx), lambda c: c.add_memory(agent, content, phone=phone, type=type)
         )

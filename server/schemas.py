@@ -186,6 +186,17 @@ class MemoryOut(BaseModel):
     expires_at: str | None
 
 
+class MemoryCreated(MemoryOut):
+    """A memory as POST answers it: the new one (201), or the identical one kept already
+    (200)."""
+
+    stored: bool = Field(
+        True,
+        description="false: an identical current memory (same person, type and content) was"
+        " kept already; this is that one, and nothing was written.",
+    )
+
+
 class MemoryWithEmbedding(MemoryOut):
     """A memory as GET returns it: `embedding` is there only when asked for."""
 

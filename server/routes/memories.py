@@ -17,6 +17,7 @@ from server.schemas import (
     HistoryOut,
     MemoriesCleared,
     MemoryCreate,
+    MemoryCreated,
     MemoryDeleted,
     MemoryHistoryOut,
     MemoryList,
@@ -51,10 +52,10 @@ def _optional_time(value: str | None, what: str) -> str | None:
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
-    response_model=MemoryOut,
+    response_model=MemoryCreated,
     responses={
         200: {
-            "model": MemoryOut,
+            "model": MemoryCreated,
             "description": "An identical current memory (same person, type and content,"
             " pending or approved) is stored already: that one, as it is; nothing is written.",
         }
@@ -66,7 +67,7 @@ def create_memory(
     body: MemoryCreate,
     services: ServicesDep,
     response: Response,
-) -> MemoryOut:
+) -> MemoryCreated:
     """Store a memory; it is embedded and searchable when this call returns. With the agent's
     review setting on, memories not created by an admin start pending for 7 days. The same
     memory again (after content is made one line; case kept) is not stored twice: 200 with the
@@ -91,7 +92,7 @@ def create_memory(
     )
     if not stored:
         response.status_code = status.HTTP_200_OK
-    return _out(memory)
+    return MemoryCreated(**memory_fields(memory), stored=stored)
 
 
 @router.get("", response_model=MemoryList)

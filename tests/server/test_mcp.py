@@ -170,6 +170,11 @@ async def _exercise(client: Client, server: Server, phone: str) -> None:
         await client.call_tool("add_memory", {"agent": AGENT, "content": fact, "phone": phone})
     )
     assert added["content"] == fact and added["type"] == "fact" and added["phone"] == phone
+    assert added["stored"] is True
+    twice = _structured(
+        await client.call_tool("add_memory", {"agent": AGENT, "content": fact, "phone": phone})
+    )
+    assert (twice["id"], twice["stored"]) == (added["id"], False)  # kept once, and it says so
     found = _structured(
         await client.call_tool(
             "search_memories", {"agent": AGENT, "query": fact, "phone": phone, "limit": 5}

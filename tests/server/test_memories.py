@@ -30,9 +30,11 @@ M = f"/v1/agents/{AGENT}/memories"
 def add(
     api: Api, content: str, headers: dict[str, str] | None = None, **fields: Any
 ) -> dict[str, Any]:
+    """POST a new memory; the memory as GET answers it (the POST's `stored`, true, apart)."""
     response = api.client.post(M, json={"content": content, **fields}, headers=headers or admin())
     assert response.status_code == 201, response.text
     body: dict[str, Any] = response.json()
+    assert body.pop("stored") is True
     return body
 
 
@@ -521,10 +523,12 @@ def test_a_memory_not_yet_indexed_has_a_null_embedding(api: Api) -> None:
 def post(
     api: Api, content: str, headers: dict[str, str] | None = None, **fields: Any
 ) -> tuple[int, Any]:
-    """POST a memory; (status, body)."""
+    """POST a memory; (status, the memory). `stored` says the status again: false with 200."""
     response = api.client.post(M, json={"content": content, **fields}, headers=headers or admin())
     assert response.status_code in (200, 201), response.text
-    return response.status_code, response.json()
+    body = response.json()
+    assert body.pop("stored") is (response.status_code == 201)
+    return response.status_code, body
 
 
 # One memory stored, with its one history entry ('create'), indexed (no outbox row left).
@@ -597,8 +601,8 @@ def test_a_memory_differing_in_agent_person_type_or_content_is_stored(
         return response.status_code, response.json()
 
     status, other = send()
-    assert status == 201 and other["id"] != first["id"]
-    assert send() == (200, other)  # and that one, in turn, is not stored twice
+    assert status == 201 and other["id"] != first["id"] and other["stored"] is True
+    assert send() == (200, {**other, "stored": False})  # that one, in turn, is kept once
     assert len(db(api, "SELECT id FROM memories")) == 2
 
 
