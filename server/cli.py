@@ -169,7 +169,12 @@ def _serve(rt: Runtime, _: argparse.Namespace) -> int:
         workers=1,
     )
     server = uvicorn.Server(config)
-    server.run()
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        # Uvicorn raises the Ctrl-C it handled once more after its clean shutdown, to end the
+        # process as the signal would; the shutdown is done, so end as Ctrl-C ends a program.
+        return 130
     return 1 if failed else 0
 
 

@@ -101,12 +101,6 @@ def test_a_signal_stops_the_server_without_a_lifespan_error(
         assert "Traceback" not in log and code in (0, -signal.SIGTERM), (code, log)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="uvicorn raises the SIGINT it handled again once shut down, and server/cli.py's"
-    " _serve lets that KeyboardInterrupt out of server.run() as a traceback (the shutdown"
-    " before it is clean: the test above)",
-)
 def test_ctrl_c_ends_without_a_traceback(tmp_path: Path) -> None:
     log, code = _serve_then_signal(tmp_path, signal.SIGINT)
     assert "Traceback" not in log and code in (0, 130, -signal.SIGINT), (code, log)
