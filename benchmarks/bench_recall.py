@@ -60,8 +60,8 @@ from benchmarks.locomo import clean_dia_ids, turn_content  # noqa: E402
 from embeddings.encoder import Encoder  # noqa: E402
 from server.app import open_services  # noqa: E402
 from server.config import DEFAULT_MODEL, Settings  # noqa: E402
+from server.conversation import ContextRequest  # noqa: E402
 from server.deps import Services  # noqa: E402
-from server.memory import ContextRequest  # noqa: E402
 
 EncoderFactory = Callable[[str], Encoder]
 

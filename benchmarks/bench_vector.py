@@ -605,7 +605,7 @@ def context_pieces(
     from embeddings.index import quote
     from server.app import open_services
     from server.config import Settings
-    from server.memory import ContextRequest
+    from server.conversation import ContextRequest
 
     services = open_services(Settings(data_dir=data_dir, embedding_model=MODEL))
     memory, store = services.memory, services.store

@@ -24,6 +24,7 @@ from server.auth import KeyRing
 from server.clock import Clock, utc_now
 from server.compaction import Compaction
 from server.config import Settings
+from server.conversation import MemoryService
 from server.deps import Services, bearer_secret
 from server.errors import (
     ApiError,
@@ -35,8 +36,7 @@ from server.errors import (
 from server.hooks import Hooks
 from server.indexer import ACTIVE_MODEL, ACTIVE_TABLE, Indexer, VectorSpace, queue_missing
 from server.llm import OpenAICompatible
-from server.memories import MemoryBook
-from server.memory import MemoryService
+from server.memory_book import MemoryBook
 from server.retention import Retention
 from server.routes import (
     agents,

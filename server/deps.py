@@ -12,9 +12,9 @@ from server import validation
 from server.auth import KeyRing, Principal
 from server.compaction import Compaction
 from server.config import Settings
+from server.conversation import MemoryService
 from server.indexer import Indexer
-from server.memories import MemoryBook
-from server.memory import MemoryService
+from server.memory_book import MemoryBook
 from server.search import StaffSearch
 from server.store import Store
 from server.upgrade import Upgrade

@@ -147,9 +147,8 @@ def _validation_message(errors: list[dict[str, Any]]) -> str:
 
 def install_error_handlers(app: FastAPI) -> None:
     """Render every error, expected or not, in the one JSON shape."""
-    # Here, not at the top: the CLI imports this module, and these pull in LanceDB.
+    # Here, not at the top: the CLI imports this module, and this pulls in LanceDB.
     from embeddings.index import IndexBusy
-    from server.indexer import Stopping
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -170,12 +169,6 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(IndexBusy)
     async def _index_busy(_: Request, exc: IndexBusy) -> JSONResponse:
         return error_response(503, "index_busy", f"{exc}; retry shortly")
-
-    @app.exception_handler(Stopping)
-    async def _stopping(_: Request, exc: Stopping) -> JSONResponse:
-        return error_response(
-            503, "shutting_down", "the server is stopping; the write is stored and will be indexed"
-        )
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -25,6 +25,7 @@ from embeddings.index import (
     vector_text,
 )
 from server import native
+from server.errors import Unavailable
 from server.hooks import Hooks
 from server.serving import ACTIVE_MODEL as ACTIVE_MODEL  # (defined where no model stack loads)
 from server.serving import ACTIVE_TABLE as ACTIVE_TABLE
@@ -226,8 +227,14 @@ def source_rows(store: Store, kind: str, ids: list[str], window: int) -> list[In
 EMBED_SLICE = 64  # texts embedded between two looks at the stop flag
 
 
-class Stopping(Exception):
-    """Background work asked to stop between two slices of a batch (nothing was written)."""
+class Stopping(Unavailable):
+    """Background work asked to stop between two slices of a batch (nothing was written). A
+    request that waited for it (a memory write) answers 503 shutting_down."""
+
+    code = "shutting_down"
+
+    def __init__(self) -> None:
+        super().__init__("the server is stopping; the write is stored and will be indexed")
 
 
 def embed_until(

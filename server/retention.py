@@ -17,9 +17,9 @@ from server.store.leases import Lease
 from server.store.util import chunks
 
 if TYPE_CHECKING:
+    from server.conversation import MemoryService
     from server.deps import Services
     from server.indexer import Indexer
-    from server.memory import MemoryService
 
 log = logging.getLogger(__name__)
 

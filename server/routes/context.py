@@ -7,8 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from server.config import CALIBRATED, ExcerptMode, Settings
+from server.conversation import ContextRequest
 from server.deps import AgentDep, PhoneDep, PrincipalDep, ServicesDep
-from server.memory import ContextRequest
 from server.schemas import ContextOut, ExcerptOut, FactOut, Turn
 
 router = APIRouter(prefix="/v1/agents/{agent}/people/{phone}", tags=["conversation"])

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from server import validation
 from server.deps import AgentDep, PrincipalDep, ServicesDep
 from server.errors import NotFound, error_body
-from server.memories import MemoryQuery
+from server.memory_book import MemoryQuery
 from server.routes.messages import memory_fields
 from server.schemas import (
     EmbeddingOut,

@@ -23,7 +23,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from server.app import MAX_JSON_DEPTH, create_app
-from server.memory import NOTES_FACTS_HEADER, NOTES_GROUPS
+from server.conversation import NOTES_FACTS_HEADER, NOTES_GROUPS
 from tests.conftest import AGENT, PHONE, Api, admin, assert_error, make_settings
 from tests.fakes import fake_factory
 from tests.live import Server
