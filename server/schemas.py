@@ -611,7 +611,8 @@ class StaffSearchIn(Strict):
         ge=0.0,
         le=1.0,
         description="Show results of at least this relevance (0 shows all). Unset: the "
-        "model's floor (0.01 for the bundled models: only what scores as filler is hidden).",
+        "model's floor (0.01 for the bundled models: only what scores as filler is hidden),"
+        " which never hides a result holding every word of the query.",
     )
 
 
