@@ -26,12 +26,13 @@ from pydantic import Field
 
 from server import __version__
 from server.client import AsyncMemoryClient, MemoryServerError
-from server.schemas import ContextOut, MemoryCreated, MemorySearchOut, MessageStored
+from server.schemas import ContextOut, MemoryCreated, MemorySearch, MemorySearchOut, MessageStored
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
 T = TypeVar("T")
+SEARCH_LIMIT: int = MemorySearch.model_fields["limit"].default  # the API's own default
 ClientSource = Callable[[Context[Any, Any]], AbstractAsyncContextManager[AsyncMemoryClient]]
 
 INSTRUCTIONS = (
@@ -110,7 +111,7 @@ def build_mcp(clients: ClientSource) -> MCPServer:
         query: Annotated[str, Field(description="What to look for, in any language.")],
         ctx: Context,
         phone: Annotated[str | None, Field(description="Only this person's (E.164).")] = None,
-        limit: Annotated[int, Field(ge=1, le=100, description="Most results.")] = 10,
+        limit: Annotated[int, Field(ge=1, le=100, description="Most results.")] = SEARCH_LIMIT,
     ) -> MemorySearchOut:
         return await _call(
             clients(ctx), lambda c: c.search_memories(agent, query, phone, limit=limit)

@@ -19,12 +19,13 @@ REVIEW_DAYS = 7
 
 @dataclass(frozen=True, slots=True)
 class MemoryQuery:
-    """A search over an agent's memories; None means no filter."""
+    """A search over an agent's memories; None means no filter. No defaults here: they are the
+    request's (server/schemas.py MemorySearch), in one place."""
 
     query: str
-    limit: int = 10
-    threshold: float = 0.7
-    mode: str = "semantic"
+    limit: int
+    threshold: float
+    mode: str
     where: MemoryFilter = field(default_factory=MemoryFilter)
     metadata: dict[str, Any] | None = None
 
