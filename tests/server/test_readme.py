@@ -309,17 +309,17 @@ def test_every_shell_block_runs_and_prints_what_it_shows(
 
 
 def test_blocks_not_run_are_the_ones_that_cannot_be(blocks: list[Block]) -> None:
-    """The serve commands, the README's own key, a real model, the command-line synopsis, and a
-    restore that needs every replica stopped: each one named, so a new skipped block must say
-    why here too."""
+    """The serve commands, the README's own key, a real model, a restore that needs every
+    replica stopped, and the command-line synopsis: each one named, so a new skipped block must
+    say why here too."""
     skipped = [b.skip for b in blocks if b.skip]
     assert skipped == [
         "they set up .venv and serve, or run the whole suite",
         "the README's test starts the server itself, with this key",
         "it needs a model (tests/server/test_example_agent.py runs it with a fake one)",
         "they start the server with a model (the test's server has none)",
-        "a synopsis (placeholders such as M and DIR; restore needs the server stopped)",
         "needs every replica stopped and a backup folder",
+        "a synopsis (placeholders such as M and DIR; restore needs the server stopped)",
     ], skipped
     assert sum(1 for b in blocks if not b.skip and any(s.checked for s in b.segments())) >= 6
 
