@@ -44,7 +44,8 @@ class Calibration:
 # on the multilingual set and 0.71 on LoCoMo, whose chit-chat shares words with every
 # question; the answer's is 0.71 and 0.76. So 0 is put below both sets' filler and the floor
 # hides only what is no better than that: it keeps the answer on the page as often as showing
-# everything does, where any higher floor cost answers (the table in the README).
+# everything does, where any higher floor cost answers (benchmarks/README.md, "Staff search
+# relevance").
 E5_SMALL = Calibration(
     duplicate_threshold=0.985,
     excerpt_threshold=0.70,
