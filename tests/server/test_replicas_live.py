@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -51,6 +52,13 @@ class Vectors:
         return [body for _, body in location.contents()]
 
 
+def wait_until(check: Callable[[], bool], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
 def wait_for_roles(first: Server, second: Server) -> tuple[Server, Server]:
     """(active, standby) once exactly one of them runs the indexer."""
     deadline = time.monotonic() + 15
@@ -87,14 +95,16 @@ def test_sigkill_of_the_active_indexer_the_other_takes_over_indexing_each_turn_o
 
         writer = threading.Thread(target=write)
         writer.start()
-        time.sleep(1.5)  # the active one is indexing what arrives
+        wait_until(lambda: len(acknowledged) > 10, 60, "turns before the kill")
+        time.sleep(0.5)  # the active one is indexing what arrives
         active.kill()  # SIGKILL, mid-batch or between batches
         killed_at = time.monotonic()
         while health(standby)["indexer"] != "active":
             assert time.monotonic() - killed_at < 15, "the standby did not take over in 15 s"
             time.sleep(0.1)
         took_over = time.monotonic() - killed_at
-        time.sleep(1.0)
+        at_take_over = len(acknowledged)
+        wait_until(lambda: len(acknowledged) > at_take_over + 10, 60, "turns after the kill")
         stop.set()
         writer.join(timeout=30)
         deadline = time.monotonic() + 60
@@ -158,12 +168,18 @@ def test_forget_through_one_replica_while_the_other_ingests_the_same_person(
         wait_for_roles(a, b)
         writer.start()
         reader.start()
-        time.sleep(2.0)  # the active indexer indexes what arrives
+        # Counted, not timed: a busy machine acknowledges fewer turns a second.
+        wait_until(lambda: len(acked) > 10, 60, "turns before the forget")
+        time.sleep(0.5)  # the active indexer indexes what arrives
         forget_sent = time.monotonic()
         forgotten = httpx.delete(f"{b.base}{PERSON.removesuffix('/messages')}", headers=ADMIN)
         forget_done = time.monotonic()
         assert forgotten.status_code == 200, forgotten.text
-        time.sleep(2.0)
+        wait_until(
+            lambda: sum(1 for at in list(sent.values()) if at > forget_done) > 10,
+            60,
+            "turns after the forget",
+        )
         stop.set()
         writer.join(timeout=30)
         reader.join(timeout=30)
