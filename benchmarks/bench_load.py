@@ -228,7 +228,12 @@ class Replica:
 
     def read_log(self) -> None:
         with contextlib.suppress(OSError):
-            self.log_lines = self.log.read_text(errors="replace").splitlines()
+            self.log_lines = [
+                line
+                for line in self.log.read_text(errors="replace").splitlines()
+                # the serve command says which folder it serves first: that is not a problem
+                if not line.startswith("memory-server: data folder ")
+            ]
 
 
 class Database:

@@ -377,6 +377,7 @@ def test_memory_created_over_http_is_searchable_at_once(api: Api) -> None:
     facts = api.context(query="allergic to peanuts", threshold=0.9).json()["facts"]
     assert [f["id"] for f in facts] == [memory["id"]]
     got = api.client.get(f"/v1/agents/{AGENT}/memories/{memory['id']}", headers=agent_key)
+    assert memory.pop("stored") is True  # (only the answer to the POST says whether it was new)
     assert got.json() == memory
     other = api.key("agent:other")
     assert (
