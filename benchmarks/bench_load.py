@@ -661,12 +661,15 @@ class Watcher:
 
 def raw_rate(model_name: str, texts: list[str]) -> float:
     """Texts per second of the run's model alone, outside the server, at batch 64 on the same
-    kind of text: e5's engine, or SentenceTransformer.encode."""
-    from embeddings.e5 import E5Encoder, is_e5_model
+    kind of text: e5 as the server runs it (ONNX Runtime int8, or the engine by its name), or
+    SentenceTransformer.encode."""
+    from embeddings.e5 import is_e5_model
+    from server.app import default_encoder_factory
+    from server.config import Settings
 
     if is_e5_model(model_name):
-        engine = E5Encoder(copies=1)
-        encode = engine.encode  # stored texts are passages, as the indexer embeds them
+        e5 = default_encoder_factory(Settings(embedding_model=model_name))(model_name)
+        encode = e5.encode_bulk  # type: ignore[attr-defined]  # passages, as the indexer embeds them
     else:
         from sentence_transformers import SentenceTransformer
 

