@@ -180,9 +180,12 @@ def test_background_work_starts_no_window_while_a_query_is_embedded(
 
 
 @pytest.mark.slow
-def test_recall_on_the_multilingual_set_is_the_engines_within_one_and_a_half_points(
+def test_recall_on_the_multilingual_set_is_at_most_one_and_a_half_points_below_the_engines(
     onnx: OnnxE5Encoder, engine: E5Encoder
 ) -> None:
+    """Parity is about losing nothing: int8 may come out above the engine (69.1 against
+    67.5 on one fresh clone, whose engine run gave 0.7 less than on another machine), never
+    more than 1.5 points below it."""
     from benchmarks.bench_encoders import agreement, recall
 
     conversations = load(SETS["multilingual"])
@@ -192,7 +195,7 @@ def test_recall_on_the_multilingual_set_is_the_engines_within_one_and_a_half_poi
         turns = [encoder.encode(c.turns) for c in conversations]
         found[name] = recall(conversations, questions, turns)
     (onnx_recall, onnx_first), (engine_recall, engine_first) = found["onnx"], found["engine"]
-    assert abs(onnx_recall - engine_recall) <= 1.5, (onnx_recall, engine_recall)
+    assert onnx_recall >= engine_recall - 1.5, (onnx_recall, engine_recall)
     assert agreement(onnx_first, engine_first) >= 0.8
 
 
