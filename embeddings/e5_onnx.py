@@ -21,8 +21,8 @@ engine does, a text over 510 tokens is split into windows of 510 whose mean-pool
 averaged by token count, not truncated.
 
 A query never waits behind the indexer: queries and bulk work run on one session at once (its
-runs are thread-safe), with as many threads as the machine has cores, and while a query is
-embedded the indexer starts no new window."""
+runs are thread-safe), as many runs at once as the machine has cores, one thread each, and
+while a query is embedded the indexer starts no new window."""
 
 from __future__ import annotations
 
@@ -277,11 +277,16 @@ class OnnxE5Encoder:
         self._tokenizer = E5Tokenizer.load(folder / TOKENIZER_FILE)
         cores = threads or len(os.sched_getaffinity(0))
         options = ort.SessionOptions()
-        options.intra_op_num_threads = cores
+        # One thread per run, `cores` runs at once: a run's own thread does all its work, with
+        # no pool to wake between operators. Measured on 2 cores (bench_encoders.py, speed):
+        # a pool of 2 per run gave 6.8 ms a query and 115 texts/s in bulk; one thread per run
+        # 6.0 ms and 141/s (a spinning pool: 4.5 ms, but 94/s, its spin taking the core from
+        # the other run).
+        options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
-        # Several runs share the cores (below): threads that spin while they wait for work
-        # would take them from the others.
+        # (Not used with one thread; kept off should a pool come back: threads that spin while
+        # they wait for work would take the cores from the other runs.)
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         # No arena: it keeps the peak of every run for good; without it a run's buffers go
         # back when it ends.

@@ -150,8 +150,8 @@ class Settings(BaseSettings):
         None,
         ge=1,
         le=256,
-        description="Threads of the default model's ONNX Runtime sessions; unset: every core"
-        " this process may run on.",
+        description="Runs of the default model's ONNX Runtime session at once (one thread"
+        " each: the indexer's windows in parallel); unset: every core this process may run on.",
     )
     turn_window: int = Field(
         2,
