@@ -25,6 +25,7 @@ Exits 1 on any problem.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import sys
@@ -35,14 +36,30 @@ from pathlib import Path
 from typing import Any
 
 DATA = Path(__file__).with_name("chats.json")
-DATE_FORMAT = "%I:%M %p on %d %B, %Y"
-SESSION = re.compile(r"^session_(\d+)$")
-SESSION_DATE = re.compile(r"^session_(\d+)_date_time$")
-OBS_KEY = re.compile(r"^session_(\d+)_observation$")
-DIA = re.compile(r"^D(\d+):(\d+)$")
-KINDS = ("same_language", "cross_lingual", "paraphrase")
-CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
-LANGUAGES = ("es", "en", "es-en")
+# What this set shares with the multilingual set's checker (the format, the language test,
+# word stems, id resolution) is that checker's: loaded from its file (the folders are no
+# packages).
+_SPEC = importlib.util.spec_from_file_location(
+    "multilingual_check", Path(__file__).parent.parent / "multilingual" / "check.py"
+)
+assert _SPEC is not None and _SPEC.loader is not None
+_SHARED = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(_SHARED)
+CATEGORIES = _SHARED.CATEGORIES
+DATE_FORMAT = _SHARED.DATE_FORMAT
+DIA = _SHARED.DIA
+KINDS = _SHARED.KINDS
+LANGUAGES = _SHARED.LANGUAGES
+OBS_KEY = _SHARED.OBS_KEY
+SESSION = _SHARED.SESSION
+SESSION_DATE = _SHARED.SESSION_DATE
+STOP = _SHARED.STOP
+fold = _SHARED.fold
+language = _SHARED.language
+resolve_ids = _SHARED.resolve_ids
+stems = _SHARED.stems
+wordset = _SHARED.wordset
+words = _SHARED.words
 
 MINIMUM = {
     "samples": 12,
@@ -58,10 +75,6 @@ QUESTIONS_PER_SAMPLE = (12, 16)
 MIX = {"es": 8, "en": 2, "es-en": 2}  # at least this many samples of each language
 SPAIN = "es-ES"
 REGION_MIX = {"spain": 4, "latam": 4}  # among the "es" samples
-
-
-def wordset(text: str) -> set[str]:
-    return set(text.split())
 
 
 # Turns the data set promises to contain (sample language, turn text, an observation, a question).
@@ -80,45 +93,6 @@ ANCHORS = [
     ),
 ]
 
-ES_WORDS = wordset(
-    """
-    el la los las un una unos unas de del al que q y o pero porque xq por para con sin en es son
-    está esta estoy estás estas están soy eres fue era mi mis tu tus su sus me te se le lo nos
-    yo tú usted ella él ellos muy más mas ya también tb tmb como cómo qué cuál cuándo cuando
-    dónde donde quién quien cuánto cuanto hay tengo tiene tienes hola gracias sí si no ni
-    hoy mañana manana ayer porfa bueno algo nada todo toda este ese eso esto aquí ahí allá
-    vez cada hace hacer hago voy vas va vamos fui mío mía tuyo suyo año años mes día dias días
-    qué cual cuales cuáles cuantos cuántos sea ser estar tener puedo puede pues entonces
-    """
-)
-EN_WORDS = wordset(
-    """
-    the a an of to and or but because for with without in on at is are was were be been am i
-    you he she it we they my your his her our their me him us them this that these those
-    what which when where who whom how why do does did done have has had can could will would
-    should shall may might not no yes yeah hi hello thanks thank please just so very too also
-    today tomorrow yesterday there here some any all one get got going gonna wanna im i'm it's
-    dont don't didn't did is isn't from up out about then than lol omg btw
-    """
-)
-# Words that never count as content for the paraphrase test (question words, pronouns, the
-# most common verbs), in both languages, accent-folded.
-STOP = {
-    unicodedata.normalize("NFKD", w).encode("ascii", "ignore").decode()
-    for w in ES_WORDS
-    | EN_WORDS
-    | wordset(
-        """
-        going gonna having make made say said tell told know think want need like let lets
-        whats what's did does doing ever still again again, last next first before after
-        como cual cuales quien quienes cuando cuanto cuantos cuantas donde hacia hasta desde
-        entre sobre tenia tenía tuve tuvo estuve estaba hice hizo dije dijo quiero quería
-        decir dime dijiste acuerdas recuerdas remember recall
-        """
-    )
-}
-# Words that carry no fact: an evidence turn made only of these (and stop words and the two
-# speakers' names) is a greeting or an acknowledgement, not evidence.
 PHATIC = {
     unicodedata.normalize("NFKD", w).encode("ascii", "ignore").decode()
     for w in wordset(
@@ -134,53 +108,11 @@ PHATIC = {
 }
 
 
-def fold(text: str) -> str:
-    text = unicodedata.normalize("NFKD", text.lower())
-    return "".join(ch for ch in text if not unicodedata.combining(ch))
-
-
-def words(text: str) -> list[str]:
-    return re.findall(r"[a-zñ']+", text.lower())
-
-
-def stems(text: str) -> set[str]:
-    found = re.findall(r"[a-z]+", fold(text))
-    return {w.rstrip("s")[:5] for w in found if len(w) >= 3 and w not in STOP}
-
-
 def content_words(text: str, names: set[str]) -> set[str]:
     found = re.findall(r"[a-z0-9]+", fold(text))
     return {
         w for w in found if len(w) >= 2 and w not in STOP and w not in PHATIC and w not in names
     }
-
-
-def language(text: str) -> str:
-    """'es', 'en' or 'mixed' by counts of common words (accents and ñ count as Spanish)."""
-    tokens = words(text)
-    es = sum(t in ES_WORDS for t in tokens) + len(re.findall(r"[áéíóúñ¿¡]", text.lower()))
-    en = sum(t in EN_WORDS for t in tokens)
-    if es > en:
-        return "es"
-    if en > es:
-        return "en"
-    return "mixed"
-
-
-def resolve_ids(
-    ids: Any, what: str, turns: dict[str, Any], where: str, problems: list[str]
-) -> list[str]:
-    """The dia_ids in ids (a list or a "D1:2; D1:3" string) that name a turn; others reported."""
-    parts = [p for p in re.split(r"[;\s]+", ids) if p] if isinstance(ids, str) else ids
-    if not isinstance(parts, list) or not parts:
-        problems.append(f"{where} {what} cites no dia_id")
-        return []
-    for part in parts:
-        if not DIA.match(str(part)):
-            problems.append(f"{where} {what} cites {part!r}, not a dia_id")
-        elif part not in turns:
-            problems.append(f"{where} {what} cites {part}, no such turn")
-    return [p for p in parts if p in turns]
 
 
 def check(samples: Any) -> tuple[list[str], dict[str, Any]]:
