@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -279,7 +280,6 @@ def compare(models: list[str], argv: list[str], out: Path) -> int:
                 "indexer_items_per_s": best,
                 "raw_bulk_per_s": raw,
                 "indexer_http_per_s": store.get("indexer_http_per_s"),
-                "end_to_end_http_per_s": store.get("end_to_end_per_s"),
                 "rss_after_startup_mib": ctx.get("rss_after_startup_mib"),
                 "rss_after_queries_mib": ctx.get("rss_after_queries_mib"),
             }
@@ -361,9 +361,7 @@ def stop(server: Any) -> None:
 
 
 def bench_store(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    # The indexer figure's generator and seed: with --store-turns equal to --texts both parts
-    # embed the same texts, so the indexer through HTTP compares with the raw model on them.
-    rng = random.Random(args.seed + 3)
+    rng = random.Random(args.seed)
     data_dir = work / "store"
     port = free_port()
     started = time.perf_counter()
@@ -398,10 +396,10 @@ def bench_store(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                     lags.append(int(client.get("/health").json()["index_lag"]))
             seconds = time.perf_counter() - run_started
         lag_end = health(base)["index_lag"]
-        embedded_at_end = metric(base, "memory_indexer_embedded_total")
         drain = wait_for_lag(base, 600)
         embedded = metric(base, "memory_indexer_embedded_total")
         batches = metric(base, "memory_indexer_batches_total")
+        burst = indexer_burst(args, base, agent, headers)
     finally:
         stop(server)
     row = summary(
@@ -414,21 +412,54 @@ def bench_store(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         drain_s=round(drain, 2),
         load=round(os.getloadavg()[0], 1),
     )
-    # The indexer through HTTP: the turns it embedded after the client stopped, over the time
-    # it took them (the client no longer limits it); and every turn from the first POST until
-    # /health says none is left (what a writer sees end to end).
-    after = embedded - embedded_at_end
-    indexer_per_s = round(after / drain, 1) if drain > 0 and after >= 100 else None
     return {
         "row": row,
-        "indexer_http_per_s": indexer_per_s,
-        "indexer_http_turns": after,
-        "end_to_end_per_s": round(len(ms) / (seconds + drain), 1),
+        **burst,
         "server_startup_s": round(startup, 1),
         "indexer_embedded": embedded,
         "indexer_batches": batches,
         "lag_samples_every_50": lags,
         "slowest_ms": sorted(((round(v, 1), i) for i, v in enumerate(ms)), reverse=True)[:10],
+    }
+
+
+def indexer_burst(
+    args: argparse.Namespace, base: str, agent: str, headers: dict[str, str]
+) -> dict[str, Any]:
+    """The indexer through HTTP: the indexer figure's own texts (the same generator and seed,
+    so with --store-turns equal to --texts the very texts the raw model is timed on), sent by
+    four clients at once so that no client is the limit, timed from the first POST until
+    /health says nothing is left to index."""
+    turns = chat_turns(args.store_turns, random.Random(args.seed + 3))
+    per_person = 20  # below compact_trigger (40): nothing is archived here
+    before = metric(base, "memory_indexer_embedded_total")
+
+    def send(share: list[tuple[int, tuple[str, str]]]) -> int:
+        errors = 0
+        with httpx.Client(base_url=base, headers=headers, timeout=60) as client:
+            for i, (role, content) in share:
+                phone = f"+1667{i // per_person:07d}"
+                body = {"role": role, "content": content, "event_id": f"b{i}"}
+                path = f"/v1/agents/{agent}/people/{phone}/messages"
+                errors += client.post(path, json=body).status_code != 201
+        return errors
+
+    numbered = list(enumerate(turns))
+    shares = [numbered[c::4] for c in range(4)]
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        errors = sum(pool.map(send, shares))
+    sent = time.perf_counter() - started
+    drain = wait_for_lag(base, 600)
+    total = sent + drain
+    embedded = metric(base, "memory_indexer_embedded_total") - before
+    return {
+        "indexer_http_per_s": round(len(turns) / total, 1),
+        "indexer_http_turns": len(turns),
+        "indexer_http_embedded": embedded,
+        "indexer_http_errors": errors,
+        "indexer_http_send_s": round(sent, 2),
+        "indexer_http_total_s": round(total, 2),
     }
 
 
@@ -553,7 +584,8 @@ def prefill(args: argparse.Namespace, data_dir: Path, model: Any) -> dict[str, A
     conn.close()
     info["sqlite_s"] = round(time.perf_counter() - started, 1)
 
-    index = VectorIndex(data_dir / "lance", MODEL, DIM)
+    # The table the server will open: named after the encoder (the engine shares e5's).
+    index = VectorIndex(data_dir / "lance", getattr(model, "name", MODEL), DIM)
     rows = [turn_row(m) for m in messages] + [fact_row(m) for m in memories]
     vectors = np.concatenate([turn_vecs[turn_vec_idx], fact_vecs[fact_vec_idx]])
     started = time.perf_counter()
@@ -917,9 +949,11 @@ def main(argv: list[str] | None = None) -> int:
                 "",
                 "Target p50 < 5 ms: " + ("met" if store["row"]["p50_ms"] < 5 else "NOT met"),
                 "",
-                f"The indexer through HTTP: {store['indexer_http_per_s']} turns/s on the"
-                f" {store['indexer_http_turns']:.0f} turns left when the client stopped;"
-                f" {store['end_to_end_per_s']} turns/s from the first POST until index_lag 0.",
+                f"The indexer through HTTP: {store['indexer_http_turns']} turns (the indexer"
+                f" figure's texts) sent by 4 clients in {store['indexer_http_send_s']} s, all"
+                f" indexed {store['indexer_http_total_s']} s after the first POST:"
+                f" {store['indexer_http_per_s']} turns/s ({store['indexer_http_errors']}"
+                " errors).",
                 "",
             ]
             print("\n".join(md[-9:]), flush=True)
