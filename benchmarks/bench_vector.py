@@ -276,7 +276,7 @@ def compare(models: list[str], argv: list[str], out: Path) -> int:
                 "query_embedding_p50_ms": pieces.get("query embedding", {}).get("p50_ms"),
                 "context_p50_ms": ctx.get("row", {}).get("p50_ms"),
                 "context_p99_ms": ctx.get("row", {}).get("p99_ms"),
-                "store_p50_ms": result.get("store", {}).get("row", {}).get("p50_ms"),
+                "store_p50_ms": store.get("row", {}).get("p50_ms"),
                 "indexer_items_per_s": best,
                 "raw_bulk_per_s": raw,
                 "indexer_http_per_s": store.get("indexer_http_per_s"),
