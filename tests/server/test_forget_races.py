@@ -347,14 +347,17 @@ def test_a_forget_never_stalls_writes_behind_an_outside_reader(api: Api) -> None
     with api.services.indexer.lock:
         pass
     assert not done.is_set(), "the forget did not wait for the reader at all"
+    # A write held off by a waiting checkpoint waits until the reader lets go, which it does
+    # only at the end of this test (or SQLite's busy timeout of seconds): 2 s tells the two
+    # apart with room for a loaded machine (0.5 s was once missed by 55 ms under the drills).
     started = time.perf_counter()
     memory = {"content": "Someone else likes tea", "phone": OTHER}
     assert api.client.post(MEMORIES, json=memory, headers=admin()).status_code == 201
-    assert time.perf_counter() - started < 0.5, "another person's memory waited"
+    assert time.perf_counter() - started < 2.0, "another person's memory waited"
     assert done.wait(5), "the forget waited for the reader"
     started = time.perf_counter()
     assert api.post_turn("someone else", phone=OTHER).status_code == 201
-    assert time.perf_counter() - started < 0.5, "another person's turn waited"
+    assert time.perf_counter() - started < 2.0, "another person's turn waited"
     assert api.services.store.checkpoint_pending
     assert api.client.get("/health").json()["erasure_pending"] is True
 
