@@ -173,7 +173,11 @@ def test_forget_through_one_replica_while_the_other_ingests_the_same_person(
         wait_until(lambda: len(acked) > 10, 60, "turns before the forget")
         time.sleep(0.5)  # the active indexer indexes what arrives
         forget_sent = time.monotonic()
-        forgotten = httpx.delete(f"{b.base}{PERSON.removesuffix('/messages')}", headers=ADMIN)
+        # A forget waits for the person and purges the bucket's files: seconds on a busy
+        # machine (httpx's own 5 s timed out once in the drills).
+        forgotten = httpx.delete(
+            f"{b.base}{PERSON.removesuffix('/messages')}", headers=ADMIN, timeout=60
+        )
         forget_done = time.monotonic()
         assert forgotten.status_code == 200, forgotten.text
         wait_until(
@@ -221,9 +225,10 @@ def test_what_one_replica_changes_holds_on_the_other_at_once(tmp_path: Path) -> 
             made = on_a.post("/v1/keys", json={"scope": "agent:bot"}).json()
             agent_key = {"Authorization": f"Bearer {made['key']}"}
             turn = {"role": "user", "content": "hello from a new key"}
-            assert httpx.post(f"{b.base}{PERSON}", json=turn, headers=agent_key).status_code == 201
+            stored = httpx.post(f"{b.base}{PERSON}", json=turn, headers=agent_key, timeout=60)
+            assert stored.status_code == 201
             assert on_a.delete(f"/v1/keys/{made['id']}").status_code == 200
-            refused = httpx.post(f"{b.base}{PERSON}", json=turn, headers=agent_key)
+            refused = httpx.post(f"{b.base}{PERSON}", json=turn, headers=agent_key, timeout=60)
             assert refused.status_code == 401  # revoked on A: refused on B at once
 
             settings = on_a.put("/v1/agents/bot/settings", json={"review": True})
