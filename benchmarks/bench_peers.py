@@ -2,8 +2,11 @@
 
 Both systems get the same items (every LoCoMo turn of the chosen conversations, one item per
 turn; an image turn's BLIP caption is appended as "[shared a photo of ...]"), embedded by the
-same bundled all-MiniLM-L6-v2 on the CPU, and are asked the same questions (every QA entry
-whose evidence names at least one turn; category 5 is kept and "1-4" leaves it out).
+same bundled all-MiniLM-L6-v2 on the CPU (or, with `--model multilingual-e5-small`, both by
+this server's e5 encoder: mem0 is handed a copy of it that embeds what mem0 adds as passages and
+what it searches as queries, since mem0's huggingface embedder gives e5 no prompt), and are
+asked the same questions (every QA entry whose evidence names at least one turn; category 5 is
+kept and "1-4" leaves it out).
 
 - mem0 (mem0ai, in-process): `Memory.from_config` with the huggingface embedder pointing at the
   local model files, local Qdrant on disk, and a dummy OpenAI LLM that is never called because
@@ -62,7 +65,7 @@ from tqdm import tqdm  # noqa: E402
 
 from benchmarks.locomo import clean_dia_ids, turn_content  # noqa: E402
 from embeddings.encoder import Encoder  # noqa: E402
-from server.app import open_services  # noqa: E402
+from server.app import default_encoder_factory, open_services  # noqa: E402
 from server.auth import Principal  # noqa: E402
 from server.config import Settings  # noqa: E402
 from server.deps import Services  # noqa: E402
@@ -187,6 +190,7 @@ class ServerPeer:
         settings = Settings(  # type: ignore[call-arg]
             data_dir=data_dir, embedding_model=model, compact_trigger=10**6
         )
+        self.settings = settings
         self.services: Services = open_services(settings, encoder_factory=encoder_factory)
         self.services.indexer.space.encoder.encode(["warm up"])
         self.startup_s = time.perf_counter() - started
@@ -219,10 +223,30 @@ class ServerPeer:
         self.services.store.close()
 
 
+class SharedModel:
+    """mem0's embedder interface over one of this server's encoders (a copy of its own, so
+    that neither side's query cache serves the other): mem0 embeds what it adds as passages
+    and what it searches as queries, as e5 must be used; its huggingface embedder would give
+    e5 no prompt at all."""
+
+    def __init__(self, encoder: Any) -> None:
+        self.encoder = encoder
+
+    def _one(self, text: str, action: str | None) -> list[float]:
+        embed = self.encoder.encode_query if action == "search" else self.encoder.encode
+        return [float(x) for x in embed([text])[0]]
+
+    def embed(self, text: str, memory_action: str | None = None) -> list[float]:
+        return self._one(text, memory_action)
+
+    def embed_batch(self, texts: list[str], memory_action: str = "add") -> list[list[float]]:
+        return [self._one(t, memory_action) for t in texts]
+
+
 class Mem0Peer:
     """mem0's Memory with the local model, local Qdrant and no LLM calls (infer=False)."""
 
-    def __init__(self, work: Path, model_path: str) -> None:
+    def __init__(self, work: Path, model_path: str, shared: SharedModel | None = None) -> None:
         from mem0 import Memory
 
         started = time.perf_counter()
@@ -251,6 +275,8 @@ class Mem0Peer:
             "history_db_path": str(work / "history.db"),
         }
         self.memory = Memory.from_config(config)
+        if shared is not None:  # the server's model, on both sides
+            self.memory.embedding_model = shared
         self.memory.embedding_model.embed("warm up", "search")
         self.startup_s = time.perf_counter() - started
         self.ingest = Ingest()
@@ -375,12 +401,22 @@ def run(args: argparse.Namespace, encoder_factory: EncoderFactory | None) -> dic
         systems: dict[str, dict[str, Any]] = {}
         server = ServerPeer(work / "server", args.model, encoder_factory)
         mem0: Mem0Peer | None = None
+        mem0_model = model_path
         if args.skip_mem0:
             notes.append("mem0 skipped (--skip-mem0).")
         elif not mem0_available():
             notes.append("mem0 not importable (pip install mem0ai==2.2.1); skipped.")
         else:
-            mem0 = Mem0Peer(work / "mem0", model_path)
+            shared = None
+            if args.model != DEFAULT_MODEL and not args.mem0_model:
+                factory = encoder_factory or default_encoder_factory(server.settings)
+                shared = SharedModel(factory(args.model))
+                notes.append(
+                    f"mem0 embeds with {args.model} too, through this server's encoder (passages"
+                    " added, queries searched, as e5 expects)."
+                )
+            mem0 = Mem0Peer(work / "mem0", model_path, shared)
+            mem0_model = args.model if shared is not None else model_path
         try:
             with tqdm(total=turns * (2 if mem0 else 1), desc="ingest", disable=quiet) as bar:
                 for conv in convs:  # alternate, so a load change hits both alike
@@ -454,7 +490,7 @@ def run(args: argparse.Namespace, encoder_factory: EncoderFactory | None) -> dic
         "benchmark": "peers",
         "data": str(args.data),
         "conversations": [c.sample_id for c in convs],
-        "model": {"server": args.model, "mem0": model_path},
+        "model": {"server": args.model, "mem0": mem0_model},
         "k": K,
         "counts": {
             "turns": turns,
@@ -484,7 +520,7 @@ def fmt(value: float | None, spec: str = ".1f") -> str:
 def markdown(report: dict[str, Any]) -> str:
     c = report["counts"]
     lines = [
-        "# mem0 vs this server on LoCoMo (same turns, same local MiniLM)",
+        f"# mem0 vs this server on LoCoMo (same turns, same local {report['model']['server']})",
         "",
         f"Conversations {', '.join(report['conversations'])}: {c['turns']} turns, "
         f"{c['questions']} questions with evidence; recall@{report['k']} on turns. "

@@ -21,6 +21,7 @@ class AgentConfig:
     threshold: float
     top_k: int
     excerpt_k: int
+    excerpt_budget_chars: int
     excerpt_threshold: float
     excerpt_mode: str
     compact_trigger: int
@@ -54,6 +55,7 @@ class AgentSettings:
             "threshold": s.similarity_threshold,
             "top_k": s.top_k,
             "excerpt_k": s.excerpt_k,
+            "excerpt_budget_chars": s.excerpt_budget_chars,
             "excerpt_threshold": (
                 s.excerpt_threshold
                 if s.excerpt_threshold is not None

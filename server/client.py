@@ -204,6 +204,7 @@ def _context(
     excerpt_k: int | None = None,
     excerpt_threshold: float | None = None,
     excerpt_mode: str | None = None,
+    excerpt_budget_chars: int | None = None,
 ) -> _Call[ContextOut]:
     """The context for the next model call: `notes` for its instructions, `history` as input."""
     params = _given(
@@ -215,6 +216,7 @@ def _context(
         excerpt_k=excerpt_k,
         excerpt_threshold=excerpt_threshold,
         excerpt_mode=excerpt_mode,
+        excerpt_budget_chars=excerpt_budget_chars,
     )
     return _Call(
         "GET", _person(agent, phone) + "/context", _json(ContextOut), params, idempotent=True

@@ -105,7 +105,19 @@ class Settings(BaseSettings):
     similarity_threshold: float = Field(
         0.7, ge=-1.0, le=1.0, description="Default cosine floor for facts in a context."
     )
-    excerpt_k: int = Field(15, ge=0, description="Default number of archived-turn excerpts.")
+    excerpt_k: int = Field(
+        15,
+        ge=0,
+        description="Default most archived turns found as hits; each brings its neighbours into"
+        " the excerpts while the excerpt budget lasts.",
+    )
+    excerpt_budget_chars: int = Field(
+        3500,
+        ge=0,
+        le=1_000_000,
+        description="Default character budget of the excerpts: windows of archived turns around"
+        " the best hits, best first, until it is spent.",
+    )
     excerpt_threshold: float | None = Field(
         None,
         ge=-1.0,

@@ -85,7 +85,11 @@ class ExcerptOut(BaseModel):
     role: str
     content: str
     created_at: str
-    score: float | None
+    score: float | None = Field(description="The hit's score; null for a neighbour.")
+    window: int = Field(
+        0, description="Which window the turn is in: 0 holds the best hit; each in time order."
+    )
+    hit: bool = Field(True, description="Found by the search (true) or next to a hit (false).")
 
 
 class ContextOut(BaseModel):
@@ -122,6 +126,11 @@ class ContextOut(BaseModel):
         None,
         description="When the person opted out (STOP), until their next message; null when "
         "not opted out. Send them no proactive message while it is set.",
+    )
+    excerpts_text: str = Field(
+        "",
+        description="The excerpts rendered for the model's instructions: window after window"
+        " (best first), each in time order, one dated line a turn; empty when there are none.",
     )
 
 
@@ -377,7 +386,16 @@ class AgentSettingsIn(Strict):
     review: bool | None = Field(None, description="New extracted memories start pending.")
     threshold: float | None = Field(None, ge=-1.0, le=1.0, description="Cosine floor for facts.")
     top_k: int | None = Field(None, ge=0, le=200, description="Facts per context.")
-    excerpt_k: int | None = Field(None, ge=0, le=200, description="Excerpts per context.")
+    excerpt_k: int | None = Field(
+        None, ge=0, le=200, description="Most hits among archived turns per context."
+    )
+    excerpt_budget_chars: int | None = Field(
+        None,
+        ge=0,
+        le=1_000_000,
+        strict=True,
+        description="Characters of excerpts per context (windows around the hits).",
+    )
     excerpt_threshold: float | None = Field(
         None, ge=-1.0, le=1.0, description="Cosine floor for semantic excerpts."
     )
@@ -411,6 +429,7 @@ def _settings_example(schema: dict[str, Any]) -> None:
         "threshold": server["similarity_threshold"],
         "top_k": server["top_k"],
         "excerpt_k": server["excerpt_k"],
+        "excerpt_budget_chars": server["excerpt_budget_chars"],
         "excerpt_threshold": calibration_for(DEFAULT_MODEL).excerpt_threshold,
         "excerpt_mode": server["excerpt_mode"],
         "compact_trigger": server["compact_trigger"],
@@ -429,6 +448,7 @@ class AgentSettingsOut(BaseModel):
     threshold: float
     top_k: int
     excerpt_k: int
+    excerpt_budget_chars: int
     excerpt_threshold: float
     excerpt_mode: str
     compact_trigger: int

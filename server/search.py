@@ -10,6 +10,7 @@ from typing import Any
 
 from embeddings.calibration import calibration_for
 from embeddings.index import Hit, quote
+from server import words
 from server.auth import Principal
 from server.hooks import Hooks
 from server.indexer import Indexer
@@ -17,6 +18,8 @@ from server.relevance import relevance, word_match
 from server.store import Store
 
 KIND_OF = {"facts": "fact", "turns": "turn", "summaries": "summary"}
+# Turns read to find whom a name in the query names (the keyword hits for the name alone).
+NAME_PROBE = 50
 _WORD = re.compile(r"\w+", re.UNICODE)
 _STOPWORDS = frozenset(
     [
@@ -109,21 +112,54 @@ class StaffSearch:
     def search(self, principal: Principal, q: StaffQuery) -> StaffPage:
         agents = self._allowed_agents(principal, q.agents)
         space = self._indexer.space  # one model for the search and its reading, mid-upgrade too
-        hits = space.retrieve(
-            q.mode,
-            q.query,
-            where=self._where(q, agents),
-            k=q.offset + q.limit + 1,  # one more: is there a next page?
-            min_score=q.threshold,
-            own_words=True,  # staff look for who said it: the turn itself comes first
-        )
+        depth = q.offset + q.limit + 1  # one more: is there a next page?
+        where = self._where(q, agents)
         calibration = calibration_for(space.encoder.name)
+        floor = calibration.staff_floor if q.min_relevance is None else q.min_relevance
+        never_hidden = _never_hidden(q)
+        hits: list[Hit] = []
+        named = self._named_person(q, where) if q.phone is None else None
+        if named is not None:
+            # "What is Carmen allergic to?": Carmen's own items first, ranked by the rest of
+            # the question (her name is in greetings, not in what she said), then the rest;
+            # hers that the page would hide leave their places to others.
+            agent, phone, name = named
+            rest = words.without_names(q.query, {name})
+            person = f"{where} AND agent = {quote(agent)} AND phone = {quote(phone)}"
+            hits = [
+                h
+                for h in space.retrieve(
+                    q.mode, rest, where=person, k=depth, min_score=q.threshold, own_words=True
+                )
+                if relevance(h.score, q.mode, calibration) >= floor or never_hidden(h.row.content)
+            ]
+        if len(hits) < depth:
+            seen = {h.row.id for h in hits}
+            if named is not None:  # hers were weighed by the rest of the question above
+                where += f" AND NOT (agent = {quote(named[0])} AND phone = {quote(named[1])})"
+            others = space.retrieve(
+                q.mode,
+                q.query,
+                where=where,
+                k=depth,
+                min_score=q.threshold,
+                own_words=True,  # staff look for who said it: the turn itself comes first
+            )
+            hits += [h for h in others if h.row.id not in seen][: depth - len(hits)]
         there = [
             replace(f, relevance=relevance(f.score, q.mode, calibration))
             for f in self._still_there(hits)
         ]
-        floor = calibration.staff_floor if q.min_relevance is None else q.min_relevance
-        never_hidden = _never_hidden(q)
+        # A turn that says almost nothing ("ok gracias", "Wow, Caroline!") goes below the ones
+        # that say something at the same score (server/words.py); its score stays as found.
+        # A named person's items stay first.
+        first = {(named[0], named[1])} if named is not None else set()
+        there.sort(
+            key=lambda f: (
+                (f.agent, f.phone) not in first,
+                -f.score * (words.SHORT_TURN_WEIGHT if _short(f) else 1.0),
+            )
+        )
         shown = [f for f in there if f.relevance >= floor or never_hidden(f.text)]
         window = shown[q.offset : q.offset + q.limit + 1]
         found = window[: q.limit]
@@ -144,6 +180,30 @@ class StaffSearch:
             floor=floor,
             hidden=len(there) - len(shown),
         )
+
+    def _named_person(self, q: StaffQuery, where: str) -> tuple[str, str, str] | None:
+        """(agent, phone, folded name) of the person a capitalised word of the query names:
+        the one their chat addresses by it most often ("Hola Carmen, …", "Thanks, Carmen!";
+        server/words.py), at least twice. None when no word names anyone."""
+        candidates = {
+            words.fold(w) for w in _WORD.findall(q.query) if len(w) >= 3 and w[0].isupper()
+        }
+        if not candidates or "turn" not in {KIND_OF[k] for k in q.kinds}:
+            return None
+        turns = re.sub(r"kind IN \([^)]*\)", "kind = 'turn'", where)
+        best: tuple[int, str, str, str] | None = None
+        for name in sorted(candidates):
+            counts: dict[tuple[str, str], int] = {}
+            for hit in self._indexer.space.index.keyword(
+                name, where=turns, k=NAME_PROBE, column="content"
+            ):
+                if name in set(words.vocatives(hit.row.content)):
+                    key = (hit.row.agent, hit.row.phone)
+                    counts[key] = counts.get(key, 0) + 1
+            for (agent, phone), n in counts.items():
+                if n >= words.NAME_MIN_VOCATIVES and (best is None or n > best[0]):
+                    best = (n, agent, phone, name)
+        return None if best is None else (best[1], best[2], best[3])
 
     @staticmethod
     def _allowed_agents(principal: Principal, asked: list[str] | None) -> list[str] | None:
@@ -226,6 +286,10 @@ class StaffSearch:
                     )
                 )
         return out
+
+
+def _short(found: Found) -> bool:
+    return found.kind == "turns" and words.is_short(found.text)
 
 
 def highlight(text: str, query: str) -> list[tuple[int, int]]:

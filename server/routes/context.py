@@ -69,6 +69,16 @@ def build_context(
             description=f"Most archived-turn excerpts. {_default('excerpt_k', 'excerpt_k')}",
         ),
     ] = None,
+    excerpt_budget_chars: Annotated[
+        int | None,
+        Query(
+            ge=0,
+            le=1_000_000,
+            description="Characters of excerpts: windows of archived turns around the best"
+            " hits, best first, until spent."
+            f" {_default('excerpt_budget_chars', 'excerpt_budget_chars')}",
+        ),
+    ] = None,
     excerpt_threshold: Annotated[
         float | None,
         Query(
@@ -98,6 +108,7 @@ def build_context(
             k=k,
             threshold=threshold,
             excerpt_k=excerpt_k,
+            excerpt_budget_chars=excerpt_budget_chars,
             excerpt_threshold=excerpt_threshold,
             excerpt_mode=excerpt_mode,
         ),
@@ -110,11 +121,18 @@ def build_context(
         ],
         excerpts=[
             ExcerptOut(
-                id=e.id, role=e.role, content=e.content, created_at=e.created_at, score=e.score
+                id=e.id,
+                role=e.role,
+                content=e.content,
+                created_at=e.created_at,
+                score=e.score,
+                window=e.window,
+                hit=e.hit,
             )
             for e in context.excerpts
         ],
         summary=context.summary,
         days_since_last=context.days_since_last,
         opted_out_at=context.opted_out_at,
+        excerpts_text=context.excerpts_text,
     )

@@ -121,6 +121,30 @@ class MessageQueries(Queries):
         ).fetchall()
         return [r[0] for r in reversed(before)], [r[0] for r in after]
 
+    def archived_turns(self, agent: str, phone: str) -> list[Message]:
+        """The person's archived turns, oldest first (what excerpts are drawn from)."""
+        rows = self._reader().execute(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE agent = ? AND phone = ?"
+            " AND archived = 1 ORDER BY id",
+            (agent, phone),
+        )
+        return [message_of(r) for r in rows]
+
+    def archive_mark(self, agent: str, phone: str) -> tuple[int, int, int]:
+        """(count, lowest id, highest id) of the person's archived turns: it changes whenever
+        that set does (turns are archived, moved in, or erased), so a copy can be checked
+        against it with one indexed read."""
+        row = (
+            self._reader()
+            .execute(
+                "SELECT COUNT(*), MIN(id), MAX(id) FROM messages WHERE agent = ? AND phone = ?"
+                " AND archived = 1",
+                (agent, phone),
+            )
+            .fetchone()
+        )
+        return int(row[0]), int(row[1] or 0), int(row[2] or 0)
+
     def all_messages(self, agent: str, phone: str) -> list[Message]:
         rows = self._reader().execute(
             f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE agent = ? AND phone = ? ORDER BY id",

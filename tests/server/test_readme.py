@@ -622,11 +622,11 @@ SUMMARY = {
     ),
     "One client: store a turn over HTTP, p50 ms; a context over HTTP with a large index,"
     " p50 / p99 ms": Figures(
-        "vector.compare.json",
+        "vector.onnx.json",
         [(E5, "store_p50_ms"), (E5, "context_p50_ms"), (E5, "context_p99_ms")],
     ),
     "Indexer, turns embedded a second; server memory after start-up, MiB": Figures(
-        "vector.compare.json", [(E5, "indexer_items_per_s"), (E5, "rss_after_startup_mib")]
+        "vector.onnx.json", [(E5, "indexer_items_per_s"), (E5, "rss_after_startup_mib")]
     ),
     "Under load, one replica on SQLite: store p50 / p99 ms; context p50 / p99 ms; turns a second": (
         Figures(

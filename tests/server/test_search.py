@@ -293,3 +293,38 @@ def test_word_match_reads_words_as_the_keyword_index_does() -> None:
     assert not word_match("refund jacket")("a refund for the coat")
     assert not word_match("the and of")("the and of")  # stop words alone: no word to match
     assert not word_match("")("anything")
+
+
+def test_a_name_in_the_query_finds_that_person_and_ranks_by_the_rest(
+    api_factory: Callable[..., Api],
+) -> None:
+    """Issue 25, 4b: the agent greets Carmen by name; the question names her in the third
+    person; her turns come first, ranked by what the question asks, not by her name."""
+    api = api_factory(turn_window=0)
+    carmen, other = "+34600111222", "+34600333444"
+    lines = [f"hablamos del tiempo el día {i} y estuvo bien" for i in range(45)]
+    lines[1] = "Hola Carmen, ¿en qué te ayudo?"
+    lines[5] = "Que descanses, Carmen"
+    lines[7] = "¡Gracias, Carmen! Hasta mañana"
+    lines[10] = "a mí el marisco me da alergia, ojo con la paella"
+    for i, text in enumerate(lines):
+        api.post_turn(text, agent="shop", phone=carmen, role="assistant" if i % 2 else "user")
+    for i in range(45):  # someone else who mentions allergies, and a Carmen who is not her
+        text = "mi hija tiene alergia al polen" if i == 3 else f"otra charla número {i}"
+        if i == 6:
+            text = "mi vecina Carmen vende flores"
+        api.post_turn(text, agent="shop", phone=other, role="assistant" if i % 2 else "user")
+    api.index()
+    # The fake model has no calibrated floor: set one, so that her turns the page would hide
+    # (all but the few that share a word with the question) leave their places to others.
+    items = search(api, query="¿Qué alergia tiene Carmen?", kinds=["turns"], min_relevance=0.1)[
+        "items"
+    ]
+    assert items[0]["phone"] == carmen
+    assert items[0]["text"] == lines[10]
+    assert any(i["phone"] == other for i in items)  # the others still come, after her
+    first_other = next(n for n, i in enumerate(items) if i["phone"] == other)
+    assert all(i["phone"] == carmen for i in items[:first_other])
+    # No name that anyone is called by: the search is the usual one across everyone.
+    plain = search(api, query="¿Qué alergia tiene Lucía?", kinds=["turns"], mode="keyword")
+    assert {i["phone"] for i in plain["items"][:2]} == {carmen, other}

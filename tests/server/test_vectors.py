@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
 from server.app import create_app
+from server.words import terms
 from tests.backends import query, set_data_env
 from tests.conftest import AGENT, PHONE, Api, admin, make_settings
 from tests.fakes import HashEncoder, fake_factory
@@ -19,6 +21,12 @@ P = f"/v1/agents/{AGENT}/people/{PHONE}"
 
 def count(api: Api, sql: str) -> int:
     return int(query(api.services.settings, sql)[0][0])
+
+
+def hits(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The excerpts the search found, best first (not the neighbours that came with them)."""
+    found = [e for e in body["excerpts"] if e["hit"]]
+    return sorted(found, key=lambda e: -e["score"])
 
 
 def chat(api: Api, n: int, text: Callable[[int], str] = lambda i: f"turn number {i}") -> None:
@@ -43,9 +51,9 @@ def test_archived_turns_come_back_as_excerpts(api_factory: Callable[..., Api]) -
     chat(api, 45, lambda i: "my dog Biscuit ate my homework" if i == 3 else f"chatting {i}")
     api.index()
     body = api.context(query="what did Biscuit the dog eat", excerpt_mode="semantic").json()
-    assert body["excerpts"][0]["content"] == "my dog Biscuit ate my homework"
-    assert body["excerpts"][0]["score"] > 0
-    assert len(body["excerpts"]) <= 15  # the default excerpt_k
+    assert hits(body)[0]["content"] == "my dog Biscuit ate my homework"
+    assert hits(body)[0]["score"] > 0
+    assert len(hits(body)) <= 15  # the default excerpt_k
     recent = {h["content"] for h in body["history"]}
     assert not recent & {e["content"] for e in body["excerpts"]}
 
@@ -56,9 +64,9 @@ def test_excerpt_modes_and_k(api_factory: Callable[..., Api]) -> None:
     api.index()
     for mode in ("semantic", "keyword", "hybrid"):
         body = api.context(query="order 48007", excerpt_mode=mode, excerpt_k=3).json()
-        assert len(body["excerpts"]) == 3, mode
+        assert len(hits(body)) == 3, mode
         if mode != "semantic":
-            assert body["excerpts"][0]["content"] == "order 48007 shipped", mode
+            assert hits(body)[0]["content"] == "order 48007 shipped", mode
     assert api.context(query="order", excerpt_k=0).json()["excerpts"] == []
 
 
@@ -122,7 +130,7 @@ def test_excerpt_settings_then_agent_then_request(api_factory: Callable[..., Api
     api = api_factory(excerpt_k=3)
     chat(api, 45, lambda i: f"dogs and cats {i}")
     api.index()
-    assert len(api.context(query="dogs").json()["excerpts"]) == 3  # the server's setting
+    assert len(hits(api.context(query="dogs").json())) == 3  # the server's setting
     put = api.client.put(
         f"/v1/agents/{AGENT}/settings",
         json={"excerpt_k": 2, "excerpt_mode": "semantic", "excerpt_threshold": 0.99},
@@ -131,9 +139,9 @@ def test_excerpt_settings_then_agent_then_request(api_factory: Callable[..., Api
     assert put.status_code == 200
     # The agent's mode and floor: semantic at 0.99 keeps nothing (keyword has no floor).
     assert api.context(query="dogs").json()["excerpts"] == []
-    assert len(api.context(query="dogs", excerpt_threshold=-1).json()["excerpts"]) == 2
+    assert len(hits(api.context(query="dogs", excerpt_threshold=-1).json())) == 2
     by_request = api.context(query="dogs", excerpt_k=5, excerpt_mode="keyword").json()
-    assert len(by_request["excerpts"]) == 5
+    assert len(hits(by_request)) == 5
     other = api.client.get("/v1/agents/other/settings", headers=admin()).json()
     # The server's defaults: hybrid, and the model's calibrated floor (0.0 for an uncalibrated
     # model such as the fake one).
@@ -399,14 +407,17 @@ def test_memory_created_over_http_is_searchable_at_once(api: Api) -> None:
 
 def test_a_hybrid_excerpt_scores_by_the_models_weight_of_cosine_and_bm25(api: Api) -> None:
     """The fake model is uncalibrated: half cosine, half squashed BM25 (e5 takes 0.7 cosine)."""
-    chat(api, 45, lambda i: "order 48213 is a blue jacket" if i == 3 else f"chatting {i}")
+    text = "order 48213 is a blue jacket in size medium"
+    chat(api, 45, lambda i: text if i == 3 else f"chatting {i}")
     api.index()
     body = api.context(query="blue jacket order", excerpt_k=1).json()
-    assert [e["content"] for e in body["excerpts"]] == ["order 48213 is a blue jacket"]
+    assert [e["content"] for e in hits(body)] == [text]
     space = api.services.indexer.space
-    where = f"phone = '{PHONE}' AND kind = 'turn'"
-    bm25 = space.index.keyword("blue jacket order", where=where, k=1)[0].score
+    # BM25 over the person's own archived turns, each read with its neighbours.
+    person = api.services.memory.person_turns(AGENT, PHONE)
+    assert person is not None
+    bm25 = dict(person.bm25(terms("blue jacket order"), 10))[4]
     stored = space.index.get(["turn:4"])["turn:4"][1]
     cosine = float(stored @ space.encoder.encode_query(["blue jacket order"])[0])
     expected = 0.5 * cosine + 0.5 * bm25 / (bm25 + 5)
-    assert body["excerpts"][0]["score"] == pytest.approx(expected, abs=1e-3)
+    assert hits(body)[0]["score"] == pytest.approx(expected, abs=1e-3)

@@ -1,0 +1,220 @@
+"""Excerpts of a person's archived turns: keyword statistics of the person's own, and windows
+of turns around the best hits that fill a character budget.
+
+`PersonTurns` is one person's archived turns, kept in memory by `TurnsCache` between
+requests and checked against the store on each one (one indexed read): the turns, their
+keyword terms, BM25 over them, and the names the people in the chat call each other by
+(server/words.py). BM25 counts how rare a word is among this person's turns, not everyone's:
+a word everyone uses is still rare in one chat, and one person's name is not rare at all.
+
+`windows` turns ranked hits into what the context carries: best hit first, each with up to
+`neighbours` turns either side, merged where they touch, until the budget is spent; turns the
+history already holds are left out."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from server.store.records import Message
+from server.words import is_short, learn_names, terms_of_many
+
+# BM25's usual constants (those of the full-text index).
+K1 = 1.2
+B = 0.75
+# What a turn costs in the budget beyond its words: its role and line in the rendering, and a
+# share of its window's date line and separator (server/conversation.py, render_excerpts).
+TURN_OVERHEAD_CHARS = 14
+
+
+@dataclass(frozen=True, slots=True)
+class Excerpt:
+    message: Message
+    score: float | None  # the hit's score; None for a neighbour
+    window: int  # windows numbered best hit first
+    hit: bool
+
+
+@dataclass
+class PersonTurns:
+    """One person's archived turns, oldest first, with what search needs of them."""
+
+    turns: list[Message]
+    window: int  # neighbours each side in a turn's keyword document (MEMORY_TURN_WINDOW)
+    terms: list[list[str]] = field(default_factory=list)
+    position: dict[int, int] = field(default_factory=dict)
+    names: frozenset[str] = frozenset()
+    short: list[bool] = field(default_factory=list)
+    _postings: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # term: (i, tf)
+    _lengths: list[int] = field(default_factory=list)
+
+    @classmethod
+    def build(
+        cls, turns: list[Message], window: int, known: dict[int, list[str]] | None = None
+    ) -> PersonTurns:
+        known = known or {}
+        person = cls(turns=turns, window=window)
+        unknown = [m for m in turns if m.id not in known]
+        found = dict(
+            zip((m.id for m in unknown), terms_of_many([m.content for m in unknown]), strict=True)
+        )
+        person.terms = [known[m.id] if m.id in known else found[m.id] for m in turns]
+        person.position = {m.id: i for i, m in enumerate(turns)}
+        person.names = learn_names([m.content for m in turns])
+        person.short = [is_short(m.content) for m in turns]
+        for i in range(len(turns)):
+            doc: Counter[str] = Counter()
+            for j in range(max(0, i - window), min(len(turns), i + window + 1)):
+                doc.update(person.terms[j])
+            if window:
+                doc.update(person.terms[i])  # its own words weigh double, as in the index
+            person._lengths.append(sum(doc.values()))
+            for term, tf in doc.items():
+                person._postings.setdefault(term, []).append((i, tf))
+        return person
+
+    def bm25(self, query_terms: Sequence[str], k: int) -> list[tuple[int, float]]:
+        """(message id, BM25) of the best k turns for these terms, best first; a turn is read
+        with its neighbours, as the shared full-text index reads it."""
+        wanted = [t for t in dict.fromkeys(query_terms) if t in self._postings]
+        if not wanted or k <= 0 or not self.turns:
+            return []
+        n = len(self.turns)
+        average = sum(self._lengths) / n or 1.0
+        scores: dict[int, float] = {}
+        for term in wanted:
+            postings = self._postings[term]
+            df = len(postings)
+            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+            for i, tf in postings:
+                norm = K1 * (1 - B + B * self._lengths[i] / average)
+                scores[i] = scores.get(i, 0.0) + idf * tf * (K1 + 1) / (tf + norm)
+        best = sorted(scores.items(), key=lambda s: (-s[1], s[0]))[:k]
+        return [(self.turns[i].id, score) for i, score in best]
+
+    @property
+    def chars(self) -> int:
+        return sum(len(m.content) for m in self.turns)
+
+
+class TurnsCache:
+    """People's archived turns kept between requests, checked against the store's archive
+    mark on each use (so a compaction, a move or a forget is seen at once), at most
+    `max_turns` turns in all, least recently used first out."""
+
+    def __init__(self, max_turns: int = 50_000) -> None:
+        self._max_turns = max_turns
+        self._people: OrderedDict[tuple[str, str], tuple[tuple[int, int, int], PersonTurns]] = (
+            OrderedDict()
+        )
+        self._lock = threading.Lock()
+        self._held = 0
+
+    def get(
+        self,
+        key: tuple[str, str],
+        mark: tuple[int, int, int],
+        load: Callable[[], list[Message]],
+        window: int,
+    ) -> PersonTurns:
+        with self._lock:
+            cached = self._people.get(key)
+            if cached is not None and cached[0] == mark and cached[1].window == window:
+                self._people.move_to_end(key)
+                return cached[1]
+        turns = load()
+        known = (
+            {m.id: t for m, t in zip(cached[1].turns, cached[1].terms, strict=True)}
+            if cached is not None
+            else None
+        )
+        person = PersonTurns.build(turns, window, known)
+        with self._lock:
+            old = self._people.pop(key, None)
+            if old is not None:
+                self._held -= len(old[1].turns)
+            if len(turns) <= self._max_turns:
+                self._people[key] = (mark, person)
+                self._held += len(turns)
+            while self._held > self._max_turns and self._people:
+                _, (_, dropped) = self._people.popitem(last=False)
+                self._held -= len(dropped.turns)
+        return person
+
+    def drop(self, agent: str, phone: str) -> None:
+        """Forget a person's copy at once (erasure), not at the next request."""
+        with self._lock:
+            old = self._people.pop((agent, phone), None)
+            if old is not None:
+                self._held -= len(old[1].turns)
+
+
+def windows(
+    person: PersonTurns,
+    ranked: Sequence[tuple[int, float]],
+    *,
+    budget_chars: int,
+    neighbours: int,
+    skip: frozenset[int] = frozenset(),
+) -> list[Excerpt]:
+    """Best hit first: the hit and up to `neighbours` turns either side that are not in
+    `skip`, as long as they fit in what is left of the budget (else the hit alone, if it
+    fits). Windows that touch are merged; the result is window after window (numbered by their
+    best hit), each in time order."""
+    taken: dict[int, float | None] = {}  # position -> the hit's score, None for a neighbour
+    spent = 0
+
+    def cost(i: int) -> int:
+        return len(person.turns[i].content) + TURN_OVERHEAD_CHARS
+
+    for message_id, score in ranked:
+        i = person.position.get(message_id)
+        if i is None or message_id in skip:
+            continue
+        if i in taken and taken[i] is not None:
+            continue
+        if i in taken:
+            taken[i] = score  # a neighbour of a better hit is a hit too, with its own window
+        span = [
+            j
+            for j in range(max(0, i - neighbours), min(len(person.turns), i + neighbours + 1))
+            if j not in taken and person.turns[j].id not in skip
+        ]
+        extra = sum(cost(j) for j in span)
+        if spent + extra > budget_chars:
+            span = [] if i in taken else [i]
+            extra = sum(cost(j) for j in span)
+            if spent + extra > budget_chars:
+                continue
+        for j in span:
+            taken[j] = None
+        taken[i] = score
+        spent += extra
+        if spent >= budget_chars:
+            break
+    if not taken:
+        return []
+    # Runs of consecutive positions, ordered by the best hit in them.
+    runs: list[list[int]] = []
+    for i in sorted(taken):
+        if runs and runs[-1][-1] == i - 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    rank = {mid: r for r, (mid, _) in enumerate(ranked)}
+
+    def best(run: list[int]) -> int:
+        return min(
+            (rank.get(person.turns[i].id, len(rank)) for i in run if taken[i] is not None),
+            default=len(rank),
+        )
+
+    runs.sort(key=best)
+    return [
+        Excerpt(person.turns[i], taken[i], w, taken[i] is not None)
+        for w, run in enumerate(runs)
+        for i in run
+    ]
