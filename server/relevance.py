@@ -10,29 +10,14 @@ the scores, so pages stay stable."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
-
-import lancedb
+from typing import Literal
 
 from embeddings.calibration import Calibration
-from embeddings.index import BM25_SCALE, fts_config
+from embeddings.index import BM25_SCALE
+from server.words import terms
 
 Match = Literal["strong", "good", "weak"]
 WORDS: tuple[tuple[float, Match], ...] = ((0.75, "strong"), (0.4, "good"), (0.0, "weak"))
-# The full-text index's settings that say how a text becomes terms (the others, how it is kept).
-_ANALYSIS = (
-    "base_tokenizer",
-    "language",
-    "max_token_length",
-    "lower_case",
-    "stem",
-    "remove_stop_words",
-    "custom_stop_words",
-    "ascii_folding",
-    "ngram_min_length",
-    "ngram_max_length",
-    "prefix_only",
-)
 
 
 def relevance(score: float, mode: str, calibration: Calibration) -> float:
@@ -58,11 +43,5 @@ def word_match(query: str) -> Callable[[str], bool]:
     stems), so "cumpleanos" is in "Cumpleaños" and "refund" in "refunds". A query of stop words
     alone has no word to match. BM25 scores a word found in nearly every row at almost nothing,
     so relevance cannot tell such a match from filler; this can."""
-    config = fts_config()
-    analysis: dict[str, Any] = {name: getattr(config, name) for name in _ANALYSIS}
-
-    def terms(text: str) -> set[str]:
-        return {token.text for token in lancedb.tokenize(text, **analysis)}
-
-    wanted = terms(query)
-    return lambda text: bool(wanted) and wanted <= terms(text)
+    wanted = set(terms(query))
+    return lambda text: bool(wanted) and wanted <= set(terms(text))
