@@ -408,7 +408,7 @@ def run(args: argparse.Namespace, encoder_factory: EncoderFactory | None) -> dic
             notes.append("mem0 not importable (pip install mem0ai==2.2.1); skipped.")
         else:
             shared = None
-            if args.model != DEFAULT_MODEL and not args.mem0_model:
+            if args.model.startswith("multilingual-e5") and not args.mem0_model:
                 factory = encoder_factory or default_encoder_factory(server.settings)
                 shared = SharedModel(factory(args.model))
                 notes.append(
