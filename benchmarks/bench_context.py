@@ -182,6 +182,7 @@ def ask(
     )
     covered_turns = history | turns
     return {
+        "missed": sorted(evidence - covered_turns),
         "turns": len(evidence & covered_turns) / len(evidence),
         "facts": len(evidence & facts) / len(evidence),
         "context": len(evidence & (covered_turns | facts)) / len(evidence),
@@ -193,6 +194,28 @@ def ask(
         "windows": len({e["window"] for e in body["excerpts"]}),
         "short_hits": sum(1 for e in body["excerpts"] if e["hit"] and words.is_short(e["content"])),
         "hits": sum(1 for e in body["excerpts"] if e["hit"]),
+        "excerpt_texts": [
+            f"{'*' if e['hit'] else ' '} {e['id']} {e['content'][:80]}" for e in body["excerpts"]
+        ],
+    }
+
+
+def missed_row(
+    services: Any, person: Person, question: Question, row: dict[str, Any], config: dict[str, Any]
+) -> dict[str, Any]:
+    """One question the context missed evidence of: the missing turns' text, for reading."""
+    by_id = {m.id: m for m in services.store.all_messages(AGENT, person.phone)}
+    return {
+        "config": config,
+        "conversation": person.sample_id,
+        "category": question.category,
+        "question": question.text,
+        "missed": [
+            {"id": i, "role": by_id[i].role, "text": by_id[i].content}
+            for i in row["missed"]
+            if i in by_id
+        ],
+        "excerpts": row.get("excerpt_texts", []),
     }
 
 
@@ -290,11 +313,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=None, help="write context.<set>.<part>.*")
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument(
+        "--misses",
+        type=Path,
+        default=None,
+        help="write each question whose evidence turns the context missed (JSON lines; dev only)",
+    )
+    parser.add_argument(
         "--staff", action="store_true", help="also ask each question of staff search (top 10)"
     )
     args = parser.parse_args(argv)
     if args.grid and args.part != "dev":
         parser.error("--grid tunes: only on --part dev")
+    if args.misses and args.part != "dev":
+        parser.error("--misses is for tuning: only on --part dev")
     logging.basicConfig(level=logging.WARNING)
     samples: list[dict[str, Any]] = json.loads(args.data.read_text(encoding="utf-8"))
     chosen = chosen_samples(samples, args.data, args.part)
@@ -303,6 +334,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     clock = BenchClock()
     tokens = Tokens()
     results: list[dict[str, Any]] = []
+    misses: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-context-") as tmp:
         settings = Settings(  # type: ignore[call-arg]
             data_dir=Path(tmp), embedding_model=args.model, admin_key=ADMIN
@@ -355,6 +387,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                             row.update(staff(client, person, question))
                         row["category"] = question.category
                         rows.append(row)
+                        if args.misses and row["missed"]:
+                            misses.append(missed_row(services, person, question, row, config))
                 summary = summarise(rows)
                 by_category = {
                     str(c): summarise([r for r in rows if r["category"] == c])
@@ -373,6 +407,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "seconds": round(time.perf_counter() - started, 1),
         "results": results,
     }
+    if args.misses:
+        args.misses.write_text("".join(json.dumps(m, ensure_ascii=False) + "\n" for m in misses))
     text = markdown(report)
     print(text)
     if args.out:

@@ -18,6 +18,7 @@ import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 
 from server.store.records import Message
 from server.words import is_short, learn_names, terms_of_many
@@ -65,13 +66,13 @@ class PersonTurns:
         person.position = {m.id: i for i, m in enumerate(turns)}
         person.names = learn_names([m.content for m in turns])
         person.short = [is_short(m.content) for m in turns]
-        for i in range(len(turns)):
-            doc: Counter[str] = Counter()
-            for j in range(max(0, i - window), min(len(turns), i + window + 1)):
-                doc.update(person.terms[j])
+        n = len(turns)
+        for i in range(n):
+            around = person.terms[max(0, i - window) : min(n, i + window + 1)]
             if window:
-                doc.update(person.terms[i])  # its own words weigh double, as in the index
-            person._lengths.append(sum(doc.values()))
+                around.append(person.terms[i])  # its own words weigh double, as in the index
+            doc = Counter(chain.from_iterable(around))
+            person._lengths.append(sum(len(t) for t in around))
             for term, tf in doc.items():
                 person._postings.setdefault(term, []).append((i, tf))
         return person

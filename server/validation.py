@@ -63,7 +63,13 @@ def timestamp(value: str, *, what: str = "created_at", stored: bool = False) -> 
 
 def one_line(value: str, *, limit: int) -> str:
     """Text reduced to one printable line: control characters and newlines become spaces."""
-    cleaned = "".join(
-        " " if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") else ch for ch in value
+    # isprintable() is False for every character the loop below replaces (and for some
+    # spaces it keeps): most texts skip the loop.
+    cleaned = (
+        value
+        if value.isprintable()
+        else "".join(
+            " " if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") else ch for ch in value
+        )
     )
     return " ".join(cleaned.split())[:limit]

@@ -109,15 +109,15 @@ def vocatives(text: str) -> Iterable[str]:
     followed by closing punctuation or the end of the turn ("Hola Rocío, …", "Wow, Caroline!",
     "Que descanses, Carmen"). The first word never counts: it is the greeting itself."""
     found = list(_WORD.finditer(text))
-    for i, match in enumerate(found):
+    # Past the second word only a word after a comma can be one: most turns have no comma.
+    for i in range(1, len(found)) if "," in text else range(1, min(2, len(found))):
+        match = found[i]
+        if i > 1 and "," not in text[found[i - 1].end() : match.start()]:
+            continue
         word = match.group()
-        if i == 0 or not _capitalised(word):
+        if not _capitalised(word):
             continue
-        before = text[found[i - 1].end() : match.start()]
-        if i > 1 and "," not in before:
-            continue
-        after = text[match.end() : found[i + 1].start()] if i + 1 < len(found) else ""
-        if i + 1 < len(found) and not _CLOSING.search(after):
+        if i + 1 < len(found) and not _CLOSING.search(text, match.end(), found[i + 1].start()):
             continue
         yield fold(word)
 
@@ -130,8 +130,9 @@ def learn_names(texts: Sequence[str]) -> frozenset[str]:
     candidates = {name for name, n in said.items() if n >= NAME_MIN_VOCATIVES}
     if not candidates:
         return frozenset()
-    lower = {m.group() for text in texts for m in _WORD.finditer(text) if m.group().islower()}
-    return frozenset(name for name in candidates if not any(fold(w) == name for w in lower))
+    lower = {w for text in texts for w in _WORD.findall(text) if w.islower()}
+    written_lower = {w if w.isascii() else fold(w) for w in lower}
+    return frozenset(candidates - written_lower)
 
 
 def without_names(query: str, names: Iterable[str]) -> str:

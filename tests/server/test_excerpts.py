@@ -12,7 +12,15 @@ import pytest
 from server.conversation import EXCERPT_NEIGHBOURS as N
 from server.excerpts import TURN_OVERHEAD_CHARS, PersonTurns
 from server.store.records import Message
-from server.words import is_short, learn_names, terms, terms_of_many, without_names
+from server.validation import one_line
+from server.words import (
+    is_short,
+    learn_names,
+    terms,
+    terms_of_many,
+    vocatives,
+    without_names,
+)
 from tests.conftest import AGENT, PHONE, Api, admin, assert_error
 
 OTHER = "+14155550123"
@@ -229,6 +237,26 @@ def test_names_are_learned_from_how_people_are_addressed() -> None:
         "Buenas Noches!",
     ]
     assert learn_names(texts) == {"rocio", "caroline"}
+
+
+def test_a_vocative_is_the_second_word_or_one_after_a_comma() -> None:
+    assert list(vocatives("Hola Carmen, ¿qué tal?")) == ["carmen"]
+    assert list(vocatives("Hola Carmen")) == ["carmen"]  # the turn's end closes it
+    assert list(vocatives("Hola Carmen qué tal")) == []  # no closing punctuation
+    assert list(vocatives("Carmen, hola")) == []  # the first word is the greeting
+    assert list(vocatives("Que descanses , Álvaro!")) == ["alvaro"]
+    assert list(vocatives("Ok, muchas gracias Carmen!")) == []  # third word, no comma
+    assert list(vocatives("Sí, vale, Carmen. Y tú, Lucía?")) == ["carmen", "lucia"]
+    # A name someone also writes in lower case (with or without its accent) is a word.
+    assert learn_names(["Gracias, Rocío!", "Hola Rocío!", "el rocío de la mañana"]) == set()
+
+
+def test_one_line_replaces_control_and_separator_characters() -> None:
+    assert one_line("plain text, ñandú 🙂", limit=100) == "plain text, ñandú 🙂"
+    # str.split takes the no-break space too.
+    assert one_line("a\nb\u2028c\u200bd\x00e\u00a0f", limit=100) == "a b c d e f"
+    assert one_line("  many   spaces  ", limit=100) == "many spaces"
+    assert one_line("abcdef", limit=3) == "abc"
 
 
 def test_many_texts_are_read_in_one_call_as_each_alone() -> None:

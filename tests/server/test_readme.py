@@ -630,7 +630,7 @@ SUMMARY = {
     ),
     "Under load, one replica on SQLite: store p50 / p99 ms; context p50 / p99 ms; turns a second": (
         Figures(
-            "bench_load.replicas.sqlite-1.e5.json",
+            "bench_load.onnx.sqlite-1.json",
             [
                 _load("store turn", "p50_ms"),
                 _load("store turn", "p99_ms"),
@@ -642,7 +642,7 @@ SUMMARY = {
     ),
     "The same run, for sizing: CPU ms per request (with the indexing of its turn); peak memory MB;"
     " the model's bulk rate, texts a second": Figures(
-        "bench_load.replicas.sqlite-1.e5.json",
+        "bench_load.onnx.sqlite-1.json",
         [
             ("cpu_ms_per_ingest_request",),
             ("cpu_ms_per_ingest_request_indexed",),
