@@ -328,3 +328,55 @@ def test_a_name_in_the_query_finds_that_person_and_ranks_by_the_rest(
     # No name that anyone is called by: the search is the usual one across everyone.
     plain = search(api, query="¿Qué alergia tiene Lucía?", kinds=["turns"], mode="keyword")
     assert {i["phone"] for i in plain["items"][:2]} == {carmen, other}
+
+
+def test_a_named_person_under_an_agent_the_key_cannot_read_stays_hidden(
+    api_factory: Callable[..., Api],
+) -> None:
+    """The name finds its person only within the key's agents: a staff key of another agent
+    neither sees her turns nor has its own results pushed down by her."""
+    api = api_factory(turn_window=0)
+    carmen, pet_owner = "+34600111222", "+34600555666"
+    for i in range(45):
+        text = f"hablamos del tiempo el día {i}"
+        if i in (1, 5):
+            text = "Hola Carmen, ¿en qué te ayudo?" if i == 1 else "Que descanses, Carmen"
+        if i == 10:
+            text = "a mí el marisco me da alergia"
+        api.post_turn(text, agent="shop", phone=carmen, role="assistant" if i % 2 else "user")
+    api.post_turn("mi perro tiene alergia al pollo", agent="vet", phone=pet_owner)
+    api.index()
+    made = api.client.post("/v1/keys", json={"scope": "staff", "agents": ["vet"]}, headers=admin())
+    assert made.status_code == 201, made.text
+    vet_only = {"Authorization": f"Bearer {made.json()['key']}"}
+    items = search(api, vet_only, query="¿Qué alergia tiene Carmen?", kinds=["turns"])["items"]
+    assert items and {i["phone"] for i in items} == {pet_owner}
+    assert all(i["agent"] == "vet" for i in items)
+    # The admin key, which reads both agents, finds her first.
+    everyone = search(api, query="¿Qué alergia tiene Carmen?", kinds=["turns"])["items"]
+    assert everyone[0]["phone"] == carmen
+
+
+def test_a_learned_name_that_is_also_an_ordinary_word_is_not_one(
+    api_factory: Callable[..., Api],
+) -> None:
+    """"Hola Rosa" twice makes Rosa a name, unless the chat also writes "rosa" as a word: then
+    it stays in the search (a question about "la camiseta rosa" needs it)."""
+    api = api_factory(turn_window=0)
+    person = "+34600777888"
+    for i, text in enumerate(
+        ["Hola Rosa, ¿qué tal?", "bien", "Gracias, Rosa!", "quiero la camiseta rosa en talla M"]
+        + [f"charla número {i}" for i in range(44)]
+    ):
+        api.post_turn(text, agent="shop", phone=person, role="assistant" if i % 2 == 0 else "user")
+    api.index()
+    names = api.services.memory.person_turns("shop", person)
+    assert names is not None and "rosa" not in names.names
+    context = api.client.get(
+        f"/v1/agents/shop/people/{person}/context",
+        params={"query": "¿de qué color es la camiseta rosa?", "excerpt_mode": "keyword"},
+        headers=admin(),
+    )
+    assert context.status_code == 200, context.text
+    texts = [e["content"] for e in context.json()["excerpts"] if e["hit"]]
+    assert "quiero la camiseta rosa en talla M" in texts
