@@ -628,6 +628,12 @@ SUMMARY = {
     "Indexer, turns embedded a second; server memory after start-up, MiB": Figures(
         "vector.onnx.json", [(E5, "indexer_items_per_s"), (E5, "rss_after_startup_mib")]
     ),
+    "The same context with today's excerpts (windows within 3,500 characters), p50 / p95 ms": (
+        Figures(
+            "vector.excerpts.json",
+            [("context", "row", "p50_ms"), ("context", "row", "p95_ms")],
+        )
+    ),
     "Under load, one replica on SQLite: store p50 / p99 ms; context p50 / p99 ms; turns a second": (
         Figures(
             "bench_load.onnx.sqlite-1.json",
