@@ -91,7 +91,7 @@ PARTS: dict[str, dict[str, list[str]]] = {
     },
 }
 # Settings a grid may sweep that are module constants, not request parameters.
-KNOBS = {"neighbours", "short_weight", "names"}
+KNOBS = {"neighbours", "short_weight", "names", "spread", "bm25_window"}
 
 
 def set_name(data: Path) -> str:
@@ -121,10 +121,18 @@ def chosen_samples(samples: list[dict[str, Any]], data: Path, part: str) -> list
 def knobs(config: dict[str, Any]) -> Iterator[None]:
     """Module constants a configuration changes, put back afterwards."""
     saved = (conversation.EXCERPT_NEIGHBOURS, words.SHORT_TURN_WEIGHT)
+    saved_spread = conversation.EXCERPT_SPREAD
+    saved_window = conversation.EXCERPT_BM25_WINDOW
     saved_without = conversation.without_names
     try:
         if "neighbours" in config:
             conversation.EXCERPT_NEIGHBOURS = int(config["neighbours"])
+        if "spread" in config:
+            spread = float(config["spread"])
+            conversation.EXCERPT_SPREAD = None if spread < 0 else spread
+        if "bm25_window" in config:
+            window = int(config["bm25_window"])
+            conversation.EXCERPT_BM25_WINDOW = None if window < 0 else window
         if "short_weight" in config:
             words.SHORT_TURN_WEIGHT = float(config["short_weight"])
         if "names" in config and not int(config["names"]):
@@ -132,6 +140,8 @@ def knobs(config: dict[str, Any]) -> Iterator[None]:
         yield
     finally:
         conversation.EXCERPT_NEIGHBOURS, words.SHORT_TURN_WEIGHT = saved
+        conversation.EXCERPT_SPREAD = saved_spread
+        conversation.EXCERPT_BM25_WINDOW = saved_window
         conversation.without_names = saved_without
 
 
@@ -233,6 +243,11 @@ def staff(client: TestClient, person: Person, question: Question) -> dict[str, A
     return {
         "staff_top10": 1.0 if question.evidence & turns else 0.0,
         "staff_person_first": 1.0 if items and items[0]["phone"] == person.phone else 0.0,
+        "staff_items": [
+            f"{'=' if i['phone'] == person.phone else 'x'} {i['kind'][0]} {i['score']:.3f}"
+            f" {i['text'][:80]}"
+            for i in items
+        ],
     }
 
 
@@ -389,6 +404,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                         rows.append(row)
                         if args.misses and row["missed"]:
                             misses.append(missed_row(services, person, question, row, config))
+                        if args.misses and args.staff and row["staff_top10"] == 0.0:
+                            miss = missed_row(
+                                services,
+                                person,
+                                question,
+                                {**row, "missed": question.evidence},
+                                config,
+                            )
+                            misses.append({**miss, "staff": row["staff_items"], "excerpts": []})
+                        row.pop("staff_items", None)
                 summary = summarise(rows)
                 by_category = {
                     str(c): summarise([r for r in rows if r["category"] == c])

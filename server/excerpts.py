@@ -214,8 +214,63 @@ def windows(
         )
 
     runs.sort(key=best)
+    return _numbered(person, runs, taken)
+
+
+def _numbered(
+    person: PersonTurns, runs: list[list[int]], taken: dict[int, float | None]
+) -> list[Excerpt]:
     return [
         Excerpt(person.turns[i], taken[i], w, taken[i] is not None)
         for w, run in enumerate(runs)
         for i in run
     ]
+
+
+def windows_by_rank(
+    person: PersonTurns,
+    ranked: Sequence[tuple[int, float]],
+    *,
+    budget_chars: int,
+    neighbours: int,
+    spread: float,
+    skip: frozenset[int] = frozenset(),
+) -> list[Excerpt]:
+    """Turns taken one at a time in order of rank until the budget is spent: a hit ranks as
+    itself, a turn d places from the hit of rank r as r + spread * d (so with spread 2 the next
+    hit comes before the first neighbours of the best one, and they before the hit after it).
+    A neighbour is taken only with its hit. Windows as in `windows`."""
+    n = len(person.turns)
+    hits: dict[int, tuple[int, float]] = {}  # position -> (rank, score)
+    for rank, (message_id, score) in enumerate(ranked):
+        i = person.position.get(message_id)
+        if i is not None and message_id not in skip and i not in hits:
+            hits[i] = (rank, score)
+    order: dict[int, tuple[float, int]] = {}  # position -> (priority, the hit it comes with)
+    for i, (rank, _) in hits.items():
+        for d in range(neighbours + 1):
+            for j in {i - d, i + d}:
+                if 0 <= j < n and (j in hits or person.turns[j].id not in skip):
+                    p = rank + spread * d
+                    if j not in order or p < order[j][0]:
+                        order[j] = (p, i)
+    taken: dict[int, float | None] = {}
+    spent = 0
+    for j, (_, source) in sorted(order.items(), key=lambda o: (o[1][0], o[1][1] != o[0], o[0])):
+        if source != j and source not in taken and j not in hits:
+            continue  # a neighbour comes only with its hit
+        cost = len(person.turns[j].content) + TURN_OVERHEAD_CHARS
+        if spent + cost > budget_chars:
+            continue
+        taken[j] = hits[j][1] if j in hits else None
+        spent += cost
+    if not taken:
+        return []
+    runs: list[list[int]] = []
+    for i in sorted(taken):
+        if runs and runs[-1][-1] == i - 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    runs.sort(key=lambda run: min((hits[i][0] for i in run if i in hits), default=len(ranked)))
+    return _numbered(person, runs, taken)

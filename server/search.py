@@ -16,10 +16,19 @@ from server.hooks import Hooks
 from server.indexer import Indexer
 from server.relevance import relevance, word_match
 from server.store import Store
+from server.store.records import Message
+
+# Archived turns of one person, best first, for a query: (agent, phone, query, k, mode,
+# threshold) -> [(turn, score)] (MemoryService.ranked_turns: BM25 over the person's own turns).
+PersonRanking = Callable[[str, str, str, int, str, float | None], list[tuple[Message, float]]]
+# Whether a named person's archived turns are ranked by their own words' statistics.
+PERSON_RANKING = True
 
 KIND_OF = {"facts": "fact", "turns": "turn", "summaries": "summary"}
 # Turns read to find whom a name in the query names (the keyword hits for the name alone).
 NAME_PROBE = 50
+# People a name may name whose items are weighed against the rest of the question.
+NAMED_CANDIDATES = 5
 _WORD = re.compile(r"\w+", re.UNICODE)
 _STOPWORDS = frozenset(
     [
@@ -104,10 +113,18 @@ class StaffSearch:
     """Searches the index within the agents a key may read, checks each hit against SQLite,
     and records the search in the audit log."""
 
-    def __init__(self, store: Store, indexer: Indexer, *, hooks: Hooks | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        indexer: Indexer,
+        *,
+        hooks: Hooks | None = None,
+        person_ranking: PersonRanking | None = None,
+    ) -> None:
         self._store = store
         self._indexer = indexer
         self._hooks = hooks or Hooks()
+        self._person_ranking = person_ranking
 
     def search(self, principal: Principal, q: StaffQuery) -> StaffPage:
         agents = self._allowed_agents(principal, q.agents)
@@ -118,6 +135,7 @@ class StaffSearch:
         floor = calibration.staff_floor if q.min_relevance is None else q.min_relevance
         never_hidden = _never_hidden(q)
         hits: list[Hit] = []
+        own: list[Found] = []  # a named person's archived turns, ranked by her own words
         named = self._named_person(q, where) if q.phone is None else None
         if named is not None:
             # "What is Carmen allergic to?": Carmen's own items first, ranked by the rest of
@@ -126,6 +144,18 @@ class StaffSearch:
             agent, phone, name = named
             rest = words.without_names(q.query, {name})
             person = f"{where} AND agent = {quote(agent)} AND phone = {quote(phone)}"
+            if self._person_ranking is not None and PERSON_RANKING and "turns" in q.kinds:
+                # Her archived turns as the context ranks them: BM25 counted over her own
+                # turns, where a word of the question is rare if she rarely says it.
+                person += " AND NOT (kind = 'turn' AND status = 'archived')"
+                own = [
+                    _found_turn(m, score)
+                    for m, score in self._person_ranking(
+                        agent, phone, rest, depth, q.mode, q.threshold
+                    )
+                    if _in_time(m, q)
+                    and (relevance(score, q.mode, calibration) >= floor or never_hidden(m.content))
+                ]
             hits = [
                 h
                 for h in space.retrieve(
@@ -133,7 +163,7 @@ class StaffSearch:
                 )
                 if relevance(h.score, q.mode, calibration) >= floor or never_hidden(h.row.content)
             ]
-        if len(hits) < depth:
+        if len(hits) + len(own) < depth:
             seen = {h.row.id for h in hits}
             if named is not None:  # hers were weighed by the rest of the question above
                 where += f" AND NOT (agent = {quote(named[0])} AND phone = {quote(named[1])})"
@@ -145,10 +175,10 @@ class StaffSearch:
                 min_score=q.threshold,
                 own_words=True,  # staff look for who said it: the turn itself comes first
             )
-            hits += [h for h in others if h.row.id not in seen][: depth - len(hits)]
+            hits += [h for h in others if h.row.id not in seen][: depth - len(hits) - len(own)]
         there = [
             replace(f, relevance=relevance(f.score, q.mode, calibration))
-            for f in self._still_there(hits)
+            for f in [*self._still_there(hits), *own]
         ]
         # A turn that says almost nothing ("ok gracias", "Wow, Caroline!") goes below the ones
         # that say something at the same score (server/words.py); its score stays as found.
@@ -183,15 +213,16 @@ class StaffSearch:
 
     def _named_person(self, q: StaffQuery, where: str) -> tuple[str, str, str] | None:
         """(agent, phone, folded name) of the person a capitalised word of the query names:
-        the one their chat addresses by it most often ("Hola Carmen, …", "Thanks, Carmen!";
-        server/words.py), at least twice. None when no word names anyone."""
+        one their chat addresses by it ("Hola Carmen, …", "Thanks, Carmen!"; server/words.py)
+        at least twice. When the chats of several people address them so (two Johns), the one
+        whose items best match the rest of the question. None when no word names anyone."""
         candidates = {
             words.fold(w) for w in _WORD.findall(q.query) if len(w) >= 3 and w[0].isupper()
         }
         if not candidates or "turn" not in {KIND_OF[k] for k in q.kinds}:
             return None
         turns = re.sub(r"kind IN \([^)]*\)", "kind = 'turn'", where)
-        best: tuple[int, str, str, str] | None = None
+        named: list[tuple[int, str, str, str]] = []  # (vocatives, agent, phone, name)
         for name in sorted(candidates):
             counts: dict[tuple[str, str], int] = {}
             for hit in self._indexer.space.index.keyword(
@@ -200,10 +231,32 @@ class StaffSearch:
                 if name in set(words.vocatives(hit.row.content)):
                     key = (hit.row.agent, hit.row.phone)
                     counts[key] = counts.get(key, 0) + 1
-            for (agent, phone), n in counts.items():
-                if n >= words.NAME_MIN_VOCATIVES and (best is None or n > best[0]):
-                    best = (n, agent, phone, name)
-        return None if best is None else (best[1], best[2], best[3])
+            named += [
+                (n, agent, phone, name)
+                for (agent, phone), n in counts.items()
+                if n >= words.NAME_MIN_VOCATIVES
+            ]
+        if not named:
+            return None
+        named.sort(key=lambda c: (-c[0], c[1], c[2]))
+        if len(named) == 1:
+            return named[0][1:]
+
+        def answers(candidate: tuple[int, str, str, str]) -> float:
+            _, agent, phone, name = candidate
+            rest = words.without_names(q.query, {name})
+            hits = self._indexer.space.retrieve(
+                q.mode,
+                rest,
+                where=f"{where} AND agent = {quote(agent)} AND phone = {quote(phone)}",
+                k=1,
+                min_score=q.threshold,
+                own_words=True,
+            )
+            return hits[0].score if hits else float("-inf")
+
+        best = max(named[:NAMED_CANDIDATES], key=answers)  # the first of equals: most named
+        return best[1:]
 
     @staticmethod
     def _allowed_agents(principal: Principal, asked: list[str] | None) -> list[str] | None:
@@ -242,20 +295,7 @@ class StaffSearch:
         for hit in hits:
             row, score = hit.row, round(hit.score, 4)
             if row.kind == "turn" and (m := turns.get(int(row.ref_id))):
-                status = "archived" if m.archived else "recent"
-                out.append(
-                    Found(
-                        "turns",
-                        m.agent,
-                        m.phone,
-                        str(m.id),
-                        m.content,
-                        score,
-                        m.created_at,
-                        status,
-                        [],
-                    )
-                )
+                out.append(_found_turn(m, score))
             elif row.kind == "fact" and (f := facts.get(row.ref_id)):
                 out.append(
                     Found(
@@ -286,6 +326,27 @@ class StaffSearch:
                     )
                 )
         return out
+
+
+def _found_turn(message: Message, score: float) -> Found:
+    status = "archived" if message.archived else "recent"
+    return Found(
+        "turns",
+        message.agent,
+        message.phone,
+        str(message.id),
+        message.content,
+        round(score, 4),
+        message.created_at,
+        status,
+        [],
+    )
+
+
+def _in_time(message: Message, q: StaffQuery) -> bool:
+    return (q.since is None or message.created_at >= q.since) and (
+        q.until is None or message.created_at <= q.until
+    )
 
 
 def _short(found: Found) -> bool:

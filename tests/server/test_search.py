@@ -380,3 +380,76 @@ def test_a_learned_name_that_is_also_an_ordinary_word_is_not_one(
     assert context.status_code == 200, context.text
     texts = [e["content"] for e in context.json()["excerpts"] if e["hit"]]
     assert "quiero la camiseta rosa en talla M" in texts
+
+
+def test_a_named_persons_archived_turns_keep_the_page_filters(
+    api_factory: Callable[..., Api], clock: FakeClock
+) -> None:
+    """A named person's archived turns are ranked over her own turns (as the context ranks
+    its excerpts) and still obey the page's time filters and kinds."""
+    api = api_factory(turn_window=0)
+    carmen, other = "+34600111222", "+34600333444"
+    allergy = "a mí el marisco me da alergia, ojo con la paella"
+    for i in range(45):
+        text = f"hablamos del tiempo el día {i} y estuvo bien"
+        if i in (1, 5, 7):
+            text = ["Hola Carmen, ¿en qué te ayudo?", "Que descanses, Carmen", "Gracias, Carmen!"][
+                (1, 5, 7).index(i)
+            ]
+        if i == 10:
+            clock.advance(days=5)
+            text = allergy
+        if i == 11:
+            clock.advance(days=5)
+        api.post_turn(text, agent="shop", phone=carmen, role="assistant" if i % 2 else "user")
+    for i in range(45):
+        text = "mi hija tiene alergia al polen" if i == 3 else f"otra charla número {i}"
+        api.post_turn(text, agent="shop", phone=other, role="assistant" if i % 2 else "user")
+    compacted = api.client.post(f"/v1/agents/shop/people/{carmen}/compact", headers=admin())
+    assert compacted.status_code == 200, compacted.text
+    api.index()
+    query = "¿Qué alergia tiene Carmen?"
+    items = search(api, query=query, kinds=["turns"])["items"]
+    assert items[0]["text"] == allergy and items[0]["status"] == "archived"
+    said = next(
+        m["created_at"]
+        for m in api.client.get(
+            f"/v1/agents/shop/people/{carmen}/messages", params={"limit": 100}, headers=admin()
+        ).json()["items"]
+        if m["content"] == allergy
+    )
+    before = search(api, query=query, kinds=["turns"], until=said[:10] + "T00:00:00Z")["items"]
+    after = search(api, query=query, kinds=["turns"], since=said[:10] + "T23:59:59Z")["items"]
+    on_the_day = search(api, query=query, kinds=["turns"], since=said, until=said)["items"]
+    assert allergy not in {i["text"] for i in before + after}
+    assert [i["text"] for i in on_the_day if i["phone"] == carmen] == [allergy]
+    facts_only = search(api, query=query, kinds=["facts"])["items"]
+    assert all(i["kind"] == "facts" for i in facts_only)
+
+
+def test_a_name_two_people_are_called_by_picks_the_one_the_question_is_about(
+    api_factory: Callable[..., Api],
+) -> None:
+    """Two chats call their person John; the one called so more often is not the one whose
+    turns answer the question: the rest of the question decides who comes first."""
+    api = api_factory(turn_window=0)
+    gardener, player = "+15550000011", "+15550000012"
+    for i in range(45):
+        text = f"we talked about the garden and the roses, day {i}"
+        if i in (1, 3, 5, 7):
+            text = "Hi John, how are the tomatoes?" if i % 4 == 1 else "Thanks, John! Talk soon"
+        api.post_turn(text, agent="shop", phone=gardener, role="assistant" if i % 2 else "user")
+    for i in range(45):
+        text = f"a quiet chat about the weather, day {i}"
+        if i in (1, 5):
+            text = "Hey John, good game last night?" if i == 1 else "Great, John! See you"
+        if i == 10:
+            text = "I do yoga twice a week to supplement my basketball training"
+        api.post_turn(text, agent="shop", phone=player, role="assistant" if i % 2 else "user")
+    api.index()
+    items = search(api, query="How does John supplement his basketball training?")["items"]
+    assert items[0]["phone"] == player
+    assert items[0]["text"] == "I do yoga twice a week to supplement my basketball training"
+    # A question the gardener's turns answer finds the gardener, the John named most often.
+    garden = search(api, query="Which roses does John grow in his garden?")["items"]
+    assert garden[0]["phone"] == gardener
