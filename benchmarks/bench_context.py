@@ -128,8 +128,7 @@ def knobs(config: dict[str, Any]) -> Iterator[None]:
         if "neighbours" in config:
             conversation.EXCERPT_NEIGHBOURS = int(config["neighbours"])
         if "spread" in config:
-            spread = float(config["spread"])
-            conversation.EXCERPT_SPREAD = None if spread < 0 else spread
+            conversation.EXCERPT_SPREAD = float(config["spread"])
         if "bm25_window" in config:
             window = int(config["bm25_window"])
             conversation.EXCERPT_BM25_WINDOW = None if window < 0 else window

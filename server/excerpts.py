@@ -7,9 +7,9 @@ keyword terms, BM25 over them, and the names the people in the chat call each ot
 (server/words.py). BM25 counts how rare a word is among this person's turns, not everyone's:
 a word everyone uses is still rare in one chat, and one person's name is not rare at all.
 
-`windows` turns ranked hits into what the context carries: best hit first, each with up to
-`neighbours` turns either side, merged where they touch, until the budget is spent; turns the
-history already holds are left out."""
+`windows` turns ranked hits into what the context carries: turns taken in order of rank, a
+hit's neighbours (up to `neighbours` either side) ranking a few places below it, while the
+budget lasts; merged into windows where they touch."""
 
 from __future__ import annotations
 
@@ -153,70 +153,6 @@ class TurnsCache:
                 self._held -= len(old[1].turns)
 
 
-def windows(
-    person: PersonTurns,
-    ranked: Sequence[tuple[int, float]],
-    *,
-    budget_chars: int,
-    neighbours: int,
-    skip: frozenset[int] = frozenset(),
-) -> list[Excerpt]:
-    """Best hit first: the hit and up to `neighbours` turns either side that are not in
-    `skip`, as long as they fit in what is left of the budget (else the hit alone, if it
-    fits). Windows that touch are merged; the result is window after window (numbered by their
-    best hit), each in time order."""
-    taken: dict[int, float | None] = {}  # position -> the hit's score, None for a neighbour
-    spent = 0
-
-    def cost(i: int) -> int:
-        return len(person.turns[i].content) + TURN_OVERHEAD_CHARS
-
-    for message_id, score in ranked:
-        i = person.position.get(message_id)
-        if i is None or message_id in skip:
-            continue
-        if i in taken and taken[i] is not None:
-            continue
-        if i in taken:
-            taken[i] = score  # a neighbour of a better hit is a hit too, with its own window
-        span = [
-            j
-            for j in range(max(0, i - neighbours), min(len(person.turns), i + neighbours + 1))
-            if j not in taken and person.turns[j].id not in skip
-        ]
-        extra = sum(cost(j) for j in span)
-        if spent + extra > budget_chars:
-            span = [] if i in taken else [i]
-            extra = sum(cost(j) for j in span)
-            if spent + extra > budget_chars:
-                continue
-        for j in span:
-            taken[j] = None
-        taken[i] = score
-        spent += extra
-        if spent >= budget_chars:
-            break
-    if not taken:
-        return []
-    # Runs of consecutive positions, ordered by the best hit in them.
-    runs: list[list[int]] = []
-    for i in sorted(taken):
-        if runs and runs[-1][-1] == i - 1:
-            runs[-1].append(i)
-        else:
-            runs.append([i])
-    rank = {mid: r for r, (mid, _) in enumerate(ranked)}
-
-    def best(run: list[int]) -> int:
-        return min(
-            (rank.get(person.turns[i].id, len(rank)) for i in run if taken[i] is not None),
-            default=len(rank),
-        )
-
-    runs.sort(key=best)
-    return _numbered(person, runs, taken)
-
-
 def _numbered(
     person: PersonTurns, runs: list[list[int]], taken: dict[int, float | None]
 ) -> list[Excerpt]:
@@ -227,7 +163,7 @@ def _numbered(
     ]
 
 
-def windows_by_rank(
+def windows(
     person: PersonTurns,
     ranked: Sequence[tuple[int, float]],
     *,
@@ -236,10 +172,12 @@ def windows_by_rank(
     spread: float,
     skip: frozenset[int] = frozenset(),
 ) -> list[Excerpt]:
-    """Turns taken one at a time in order of rank until the budget is spent: a hit ranks as
-    itself, a turn d places from the hit of rank r as r + spread * d (so with spread 2 the next
-    hit comes before the first neighbours of the best one, and they before the hit after it).
-    A neighbour is taken only with its hit. Windows as in `windows`."""
+    """Turns taken one at a time in order of rank while they fit in the budget: a hit ranks as
+    itself, a turn d places from the hit of rank r as r + spread * d (with spread 3 the next
+    three hits come before the first neighbours of the best one, which come before the fourth
+    hit), so a hit found far down the list does not wait for every neighbour of the ones above
+    it. A neighbour is taken only with its hit; turns in `skip` are left out. Runs of
+    consecutive turns are merged into windows, ordered by their best hit, each in time order."""
     n = len(person.turns)
     hits: dict[int, tuple[int, float]] = {}  # position -> (rank, score)
     for rank, (message_id, score) in enumerate(ranked):

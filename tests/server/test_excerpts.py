@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from server.conversation import EXCERPT_NEIGHBOURS as N
+from server.conversation import EXCERPT_SPREAD
 from server.excerpts import TURN_OVERHEAD_CHARS, PersonTurns
 from server.store.records import Message
 from server.validation import one_line
@@ -81,6 +82,48 @@ def test_the_budget_caps_the_excerpts_and_the_best_hit_comes_first(
     small = excerpts(api, query="sister Ana Lisbon Porto", excerpt_budget_chars=alone)
     assert [e["content"] for e in small] == [lines[15]]  # only the best hit fits, alone
     assert excerpts(api, query="sister Ana Lisbon Porto", excerpt_budget_chars=0) == []
+
+
+def test_hits_further_down_come_before_the_outer_neighbours_of_the_best(
+    api_factory: Callable[..., Api],
+) -> None:
+    """Turns are taken in order of rank: a neighbour d turns from the hit of rank r ranks as
+    r + EXCERPT_SPREAD * d, so the next hits are not crowded out by every neighbour of the
+    best one; a neighbour never comes without its hit."""
+    assert N >= 2 and 1 < EXCERPT_SPREAD <= 3
+    api = api_factory(turn_window=0)
+    lines = filler(45)
+    lines[2] = "the garden gnome wears a red hat"  # rank 0: both words, short
+    lines[9] = "the gnome by the pond got wet in the storm last night"  # rank 1
+    lines[16] = "a new gnome for the shelf arrived this morning, very small"  # rank 2
+    chat(api, lines)
+    api.index()
+    got = excerpts(api, query="garden gnome", excerpt_mode="keyword", excerpt_k=3)
+    hits = [e["content"] for e in got if e["hit"]]
+    assert hits == [lines[2], lines[9], lines[16]]
+    cost = len(filler(1)[0]) + TURN_OVERHEAD_CHARS  # every neighbour here is a filler line
+    three = sum(len(lines[i]) + TURN_OVERHEAD_CHARS for i in (2, 9, 16))
+    # Room for the three hits and two neighbours more: the best hit's nearest ones (priority
+    # 0 + spread), not its outer ones (0 + 2 * spread), nor the others' (1 + spread, ...).
+    got = excerpts(
+        api,
+        query="garden gnome",
+        excerpt_mode="keyword",
+        excerpt_k=3,
+        excerpt_budget_chars=three + 2 * cost + 5,
+    )
+    assert [e["content"] for e in got] == [*lines[1:4], lines[9], lines[16]]
+    assert [e["window"] for e in got] == [0, 0, 0, 1, 2]
+    # Room for the best hit alone and one turn more: its neighbour would need it; the next
+    # hit (shorter than a filler line) comes instead.
+    got = excerpts(
+        api,
+        query="garden gnome",
+        excerpt_mode="keyword",
+        excerpt_k=3,
+        excerpt_budget_chars=len(lines[2]) + len(lines[9]) + 2 * TURN_OVERHEAD_CHARS + 5,
+    )
+    assert [e["content"] for e in got] == [lines[2], lines[9]]
 
 
 def test_windows_that_touch_are_merged(api_factory: Callable[..., Api]) -> None:
