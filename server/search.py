@@ -18,8 +18,9 @@ from server.relevance import relevance, word_match
 from server.store import Store
 from server.store.records import Message
 
-# Archived turns of one person, best first, for a query: (agent, phone, query, k, mode,
-# threshold) -> [(turn, score)] (MemoryService.ranked_turns: BM25 over the person's own turns).
+# Archived turns of one person, best first, for a query that names her: (agent, phone, query,
+# k, mode, threshold) -> [(turn, score)] (MemoryService.ranked_turns: BM25 over the person's own
+# turns, her names left out of the search).
 PersonRanking = Callable[[str, str, str, int, str, float | None], list[tuple[Message, float]]]
 # Whether a named person's archived turns are ranked by their own words' statistics.
 PERSON_RANKING = True
@@ -151,7 +152,7 @@ class StaffSearch:
                 own = [
                     _found_turn(m, score)
                     for m, score in self._person_ranking(
-                        agent, phone, rest, depth, q.mode, q.threshold
+                        agent, phone, q.query, depth, q.mode, q.threshold
                     )
                     if _in_time(m, q)
                     and (relevance(score, q.mode, calibration) >= floor or never_hidden(m.content))
