@@ -91,7 +91,7 @@ PARTS: dict[str, dict[str, list[str]]] = {
     },
 }
 # Settings a grid may sweep that are module constants, not request parameters.
-KNOBS = {"neighbours", "short_weight", "names", "spread", "bm25_window", "side_weight"}
+KNOBS = {"neighbours", "short_weight", "names", "spread", "bm25_window"}
 
 
 def set_name(data: Path) -> str:
@@ -121,7 +121,6 @@ def chosen_samples(samples: list[dict[str, Any]], data: Path, part: str) -> list
 def knobs(config: dict[str, Any]) -> Iterator[None]:
     """Module constants a configuration changes, put back afterwards."""
     saved = (conversation.EXCERPT_NEIGHBOURS, words.SHORT_TURN_WEIGHT)
-    saved_side = words.OTHER_SIDE_WEIGHT
     saved_spread = conversation.EXCERPT_SPREAD
     saved_window = conversation.EXCERPT_BM25_WINDOW
     saved_without = conversation.without_names
@@ -133,8 +132,6 @@ def knobs(config: dict[str, Any]) -> Iterator[None]:
         if "bm25_window" in config:
             window = int(config["bm25_window"])
             conversation.EXCERPT_BM25_WINDOW = None if window < 0 else window
-        if "side_weight" in config:
-            words.OTHER_SIDE_WEIGHT = float(config["side_weight"])
         if "short_weight" in config:
             words.SHORT_TURN_WEIGHT = float(config["short_weight"])
         if "names" in config and not int(config["names"]):
@@ -143,7 +140,6 @@ def knobs(config: dict[str, Any]) -> Iterator[None]:
     finally:
         conversation.EXCERPT_NEIGHBOURS, words.SHORT_TURN_WEIGHT = saved
         conversation.EXCERPT_SPREAD = saved_spread
-        words.OTHER_SIDE_WEIGHT = saved_side
         conversation.EXCERPT_BM25_WINDOW = saved_window
         conversation.without_names = saved_without
 

@@ -106,17 +106,18 @@ class Settings(BaseSettings):
         0.7, ge=-1.0, le=1.0, description="Default cosine floor for facts in a context."
     )
     excerpt_k: int = Field(
-        15,
+        30,
         ge=0,
-        description="Default most archived turns found as hits; each brings its neighbours into"
-        " the excerpts while the excerpt budget lasts.",
+        description="Default most archived turns found as hits; the hits and their neighbours"
+        " enter the excerpts in order of rank while the excerpt budget lasts.",
     )
     excerpt_budget_chars: int = Field(
-        3500,
+        3000,
         ge=0,
         le=1_000_000,
-        description="Default character budget of the excerpts: windows of archived turns around"
-        " the best hits, best first, until it is spent.",
+        description="Default character budget of the excerpts: archived turns taken in order of"
+        " rank (the hits, each neighbour a few places below its hit) while it lasts, shown as"
+        " windows.",
     )
     excerpt_threshold: float | None = Field(
         None,

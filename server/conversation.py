@@ -255,7 +255,6 @@ class MemoryService:
             # as the question does). Both embeddings and the keyword half run at once.
             person = self.person_turns(agent, phone)
             excerpt_query = without_names(query, person.names) if person else query
-            sides = words.sides_named(query, person.addressees) if person else set()
             encoder = self._indexer.space.encoder
             embedding = self._searches.submit(lambda: encoder.encode_query([query])[0])
             excerpt_embedding = (
@@ -274,7 +273,6 @@ class MemoryService:
                 budget_chars=_pick(request.excerpt_budget_chars, config.excerpt_budget_chars),
                 threshold=_pick(request.excerpt_threshold, config.excerpt_threshold),
                 mode=_pick(request.excerpt_mode, config.excerpt_mode),
-                side=next(iter(sides)) if len(sides) == 1 else None,
             )
             vector = embedding.result()
             facts = self.search_facts(
@@ -368,7 +366,6 @@ class MemoryService:
         budget_chars: int,
         threshold: float,
         mode: str,
-        side: str | None = None,
     ) -> list[ExcerptHit]:
         """Windows of archived turns around the best k hits, best first, within the budget.
         Hits: semantic (LanceDB, floored by the threshold), keyword (BM25 over the person's own
@@ -376,7 +373,7 @@ class MemoryService:
         if person is None or k <= 0 or budget_chars <= 0:
             return []
         ranked = self.rank_archived(
-            agent, phone, person, vector, query, k=k, threshold=threshold, mode=mode, side=side
+            agent, phone, person, vector, query, k=k, threshold=threshold, mode=mode
         )
         return [
             ExcerptHit(
@@ -402,12 +399,10 @@ class MemoryService:
     ) -> list[tuple[Message, float]]:
         """The person's best k archived turns for the query, best first, scored as excerpts
         score their hits (`rank_archived`): for staff search of a person the query names.
-        As for excerpts, the names the chat calls its people by are left out of the search and
-        say which side the question is about."""
+        As for excerpts, the names the chat calls its people by are left out of the search."""
         person = self.person_turns(agent, phone)
         if person is None or not query.strip():
             return []
-        sides = words.sides_named(query, person.addressees)
         query = without_names(query, person.names)
         encoder = self._indexer.space.encoder
         made: list[Vectors] = []
@@ -426,7 +421,6 @@ class MemoryService:
             k=k,
             threshold=-1.0 if threshold is None else threshold,
             mode=mode,
-            side=next(iter(sides)) if len(sides) == 1 else None,
         )
         return [
             (person.turns[person.position[i]], score) for i, score in ranked if i in person.position
@@ -443,13 +437,10 @@ class MemoryService:
         k: int,
         threshold: float,
         mode: str,
-        side: str | None = None,
     ) -> list[tuple[int, float]]:
         """(message id, score) of the person's best k archived turns for the query, best
         first: semantic (LanceDB, floored by the threshold), keyword (BM25 over the person's
-        own turns) or both fused; a short turn's score is discounted (words.SHORT_TURN_WEIGHT),
-        and so is a turn of the other side when the question names one (`side`, the role whose
-        name it says: words.OTHER_SIDE_WEIGHT)."""
+        own turns) or both fused; a short turn's score is discounted (words.SHORT_TURN_WEIGHT)."""
         if k <= 0:
             return []
         depth = max(2 * k, 30)
@@ -471,12 +462,8 @@ class MemoryService:
             scores = self._fused(cosines, bm25, vector)
         for message_id in scores:
             position = person.position.get(message_id)
-            if position is None:
-                continue
-            if person.short[position]:
+            if position is not None and person.short[position]:
                 scores[message_id] *= words.SHORT_TURN_WEIGHT
-            if side is not None and person.turns[position].role != side:
-                scores[message_id] *= words.OTHER_SIDE_WEIGHT
         return sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:k]
 
     def _fused(

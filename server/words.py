@@ -30,12 +30,6 @@ SHORT_TURN_WORDS = 6
 SHORT_TURN_WEIGHT = 0.85
 # A learned name: said as a vocative at least this often, and never in lower case.
 NAME_MIN_VOCATIVES = 2
-# The share of a name's vocatives one side must say for the name to be the other side's.
-ADDRESSEE_AGREEMENT = 2 / 3
-# When a question names one side of the chat (by a learned name), the other side's turns count
-# this share of their score in excerpts: what a person did is in their own words (chosen on
-# LoCoMo's dev part: benchmarks/README.md, "Excerpts: windows within a budget").
-OTHER_SIDE_WEIGHT = 1.0
 _WORD = re.compile(r"\w+", re.UNICODE)
 # Between a vocative and the next word: punctuation that closes an address.
 _CLOSING = re.compile(r"[,!?.;:…)]")
@@ -130,35 +124,15 @@ def vocatives(text: str) -> Iterable[str]:
 
 def learn_names(texts: Sequence[str]) -> frozenset[str]:
     """Folded names the people in a chat call each other by (see the module's docstring)."""
-    return frozenset(learn_addressees(texts, [""] * len(texts)))
-
-
-def learn_addressees(texts: Sequence[str], roles: Sequence[str]) -> dict[str, str | None]:
-    """The learned names (`learn_names`), each with the role of the side it names: a name
-    said as an address in the assistant's turns names the user, and in the user's turns the
-    assistant; None unless at least ADDRESSEE_AGREEMENT of the turns that say it agree."""
-    said: dict[str, Counter[str]] = {}
-    for text, role in zip(texts, roles, strict=True):
-        for name in vocatives(text):
-            said.setdefault(name, Counter())[role] += 1
-    candidates = {name: by for name, by in said.items() if sum(by.values()) >= NAME_MIN_VOCATIVES}
+    said = Counter(name for text in texts for name in vocatives(text))
+    if not said:
+        return frozenset()
+    candidates = {name for name, n in said.items() if n >= NAME_MIN_VOCATIVES}
     if not candidates:
-        return {}
+        return frozenset()
     lower = {w for text in texts for w in _WORD.findall(text) if w.islower()}
     written_lower = {w if w.isascii() else fold(w) for w in lower}
-    named: dict[str, str | None] = {}
-    for name, by in candidates.items():
-        if name in written_lower:
-            continue
-        speaker, n = by.most_common(1)[0]
-        side = {"assistant": "user", "user": "assistant"}.get(speaker)
-        named[name] = side if n >= ADDRESSEE_AGREEMENT * sum(by.values()) else None
-    return named
-
-
-def sides_named(query: str, addressees: dict[str, str | None]) -> set[str]:
-    """The sides (user, assistant) that the names in the query name."""
-    return {side for w in _WORD.findall(query) if (side := addressees.get(fold(w))) is not None}
+    return frozenset(candidates - written_lower)
 
 
 def without_names(query: str, names: Iterable[str]) -> str:

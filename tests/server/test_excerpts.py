@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from server import words
 from server.conversation import EXCERPT_NEIGHBOURS as N
 from server.conversation import EXCERPT_SPREAD
 from server.excerpts import TURN_OVERHEAD_CHARS, PersonTurns
@@ -17,9 +16,7 @@ from server.store.records import Message
 from server.validation import one_line
 from server.words import (
     is_short,
-    learn_addressees,
     learn_names,
-    sides_named,
     terms,
     terms_of_many,
     vocatives,
@@ -207,33 +204,6 @@ def test_the_persons_name_does_not_pull_greetings_up(api_factory: Callable[..., 
     assert [e["content"] for e in got if e["hit"]] == [lines[18]]
 
 
-def test_a_question_that_names_one_side_weighs_that_sides_turns(
-    api_factory: Callable[..., Api], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The agent calls the user Carmen: a question about Carmen is about the user's own words;
-    the assistant's turns count OTHER_SIDE_WEIGHT of their score (a question that names no one
-    weighs both sides alike)."""
-    api = api_factory(turn_window=0)
-    lines = filler(45)  # even: user, odd: assistant
-    lines[1] = "Hola Carmen, ¿en qué te ayudo?"
-    lines[9] = "Que descanses, Carmen"
-    said = "ayer en la playa comí mucho marisco y el marisco siempre me sienta fatal, como siempre"
-    echo = "vaya, el marisco a muchos clientes les sienta fatal"
-    lines[12], lines[13] = said, echo
-    chat(api, lines)
-    api.index()
-    ask = {"excerpt_mode": "keyword", "excerpt_k": 1}
-
-    def hit(query: str) -> str:
-        return next(e["content"] for e in excerpts(api, query=query, **ask) if e["hit"])
-
-    monkeypatch.setattr(words, "OTHER_SIDE_WEIGHT", 1.0)
-    assert hit("¿Qué le sienta fatal a Carmen?") == echo  # the shorter turn, by words alone
-    monkeypatch.setattr(words, "OTHER_SIDE_WEIGHT", 0.7)
-    assert hit("¿Qué le sienta fatal a Carmen?") == said
-    assert hit("¿Qué le sienta fatal?") == echo  # no one named: both sides alike
-
-
 def test_the_budget_is_a_setting_of_the_server_the_agent_and_the_request(
     api_factory: Callable[..., Api],
 ) -> None:
@@ -310,22 +280,6 @@ def test_names_are_learned_from_how_people_are_addressed() -> None:
         "Buenas Noches!",
     ]
     assert learn_names(texts) == {"rocio", "caroline"}
-
-
-def test_a_name_names_the_side_the_other_side_says_it_to() -> None:
-    texts = [
-        "Hola Carmen, ¿en qué te ayudo?",  # assistant
-        "Gracias, Lucía! Tengo una duda",  # user
-        "Que descanses, Carmen",  # assistant
-        "Hola Lucía, otra vez yo",  # user
-        "Buenas, Pablo!",  # assistant
-        "Adiós, Pablo!",  # user: said by both sides alike
-    ]
-    roles = ["assistant", "user", "assistant", "user", "assistant", "user"]
-    assert learn_addressees(texts, roles) == {"carmen": "user", "lucia": "assistant", "pablo": None}
-    assert learn_names(texts) == {"carmen", "lucia", "pablo"}
-    assert sides_named("¿Qué alergia tiene Carmen?", learn_addressees(texts, roles)) == {"user"}
-    assert sides_named("¿Qué dijo Pablo?", learn_addressees(texts, roles)) == set()
 
 
 def test_a_vocative_is_the_second_word_or_one_after_a_comma() -> None:

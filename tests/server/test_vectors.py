@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from server.app import create_app
+from server.config import Settings
 from server.words import terms
 from tests.backends import query, set_data_env
 from tests.conftest import AGENT, PHONE, Api, admin, make_settings
@@ -53,7 +54,7 @@ def test_archived_turns_come_back_as_excerpts(api_factory: Callable[..., Api]) -
     body = api.context(query="what did Biscuit the dog eat", excerpt_mode="semantic").json()
     assert hits(body)[0]["content"] == "my dog Biscuit ate my homework"
     assert hits(body)[0]["score"] > 0
-    assert len(hits(body)) <= 15  # the default excerpt_k
+    assert len(hits(body)) <= Settings.model_fields["excerpt_k"].default  # excerpt_k
     recent = {h["content"] for h in body["history"]}
     assert not recent & {e["content"] for e in body["excerpts"]}
 
@@ -121,7 +122,7 @@ def test_settings_then_agent_then_request(api_factory: Callable[..., Api]) -> No
     assert len(api.context(query="alpha").json()["facts"]) == 2
     assert len(api.context(query="alpha", k=3).json()["facts"]) == 3
     got = api.client.get(f"/v1/agents/{AGENT}/settings", headers=admin()).json()
-    assert got["top_k"] == 2 and got["threshold"] == -1 and got["excerpt_k"] == 15
+    assert got["top_k"] == 2 and got["threshold"] == -1 and got["excerpt_k"] == 30
     other = api.client.get("/v1/agents/other/settings", headers=admin()).json()
     assert other["top_k"] == 1 and other["threshold"] == 0.7
 
