@@ -40,6 +40,20 @@ def seeded(api_factory: Callable[..., Api], clock: FakeClock) -> Api:
     return api
 
 
+def named_chat(
+    api: Api,
+    phone: str,
+    filler: Callable[[int], str],
+    said: dict[int, str],
+    n: int = 45,
+) -> None:
+    """n turns of a person's chat with agent "shop" (even: user, odd: assistant): `said`
+    where it has the turn, else the filler's line."""
+    for i in range(n):
+        role = "assistant" if i % 2 else "user"
+        api.post_turn(said.get(i, filler(i)), agent="shop", phone=phone, role=role)
+
+
 def search(api: Api, headers: dict[str, str] | None = None, **body: Any) -> Any:
     response = api.client.post("/v1/search", json=body, headers=headers or admin())
     assert response.status_code == 200, response.text
@@ -337,13 +351,12 @@ def test_a_named_person_under_an_agent_the_key_cannot_read_stays_hidden(
     neither sees her turns nor has its own results pushed down by her."""
     api = api_factory(turn_window=0)
     carmen, pet_owner = "+34600111222", "+34600555666"
-    for i in range(45):
-        text = f"hablamos del tiempo el día {i}"
-        if i in (1, 5):
-            text = "Hola Carmen, ¿en qué te ayudo?" if i == 1 else "Que descanses, Carmen"
-        if i == 10:
-            text = "a mí el marisco me da alergia"
-        api.post_turn(text, agent="shop", phone=carmen, role="assistant" if i % 2 else "user")
+    said = {
+        1: "Hola Carmen, ¿en qué te ayudo?",
+        5: "Que descanses, Carmen",
+        10: "a mí el marisco me da alergia",
+    }
+    named_chat(api, carmen, lambda i: f"hablamos del tiempo el día {i}", said)
     api.post_turn("mi perro tiene alergia al pollo", agent="vet", phone=pet_owner)
     api.index()
     made = api.client.post("/v1/keys", json={"scope": "staff", "agents": ["vet"]}, headers=admin())
@@ -434,18 +447,19 @@ def test_a_name_two_people_are_called_by_picks_the_one_the_question_is_about(
     turns answer the question: the rest of the question decides who comes first."""
     api = api_factory(turn_window=0)
     gardener, player = "+15550000011", "+15550000012"
-    for i in range(45):
-        text = f"we talked about the garden and the roses, day {i}"
-        if i in (1, 3, 5, 7):
-            text = "Hi John, how are the tomatoes?" if i % 4 == 1 else "Thanks, John! Talk soon"
-        api.post_turn(text, agent="shop", phone=gardener, role="assistant" if i % 2 else "user")
-    for i in range(45):
-        text = f"a quiet chat about the weather, day {i}"
-        if i in (1, 5):
-            text = "Hey John, good game last night?" if i == 1 else "Great, John! See you"
-        if i == 10:
-            text = "I do yoga twice a week to supplement my basketball training"
-        api.post_turn(text, agent="shop", phone=player, role="assistant" if i % 2 else "user")
+    hi, thanks = "Hi John, how are the tomatoes?", "Thanks, John! Talk soon"
+    named_chat(
+        api,
+        gardener,
+        lambda i: f"we talked about the garden and the roses, day {i}",
+        {1: hi, 3: thanks, 5: hi, 7: thanks},
+    )
+    said = {
+        1: "Hey John, good game last night?",
+        5: "Great, John! See you",
+        10: "I do yoga twice a week to supplement my basketball training",
+    }
+    named_chat(api, player, lambda i: f"a quiet chat about the weather, day {i}", said)
     api.index()
     items = search(api, query="How does John supplement his basketball training?")["items"]
     assert items[0]["phone"] == player
