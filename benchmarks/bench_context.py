@@ -33,7 +33,7 @@ set's parts are listed in its README; the support set is held out (test only). T
         --data benchmarks/data/support/chats.json --part test --out benchmarks/results
 
 `--grid NAME=V1,V2 ...` sweeps settings on the same replay (dev parts only):
-excerpt_budget_chars, excerpt_k, excerpt_mode, neighbours, short_weight, names (0/1).
+excerpt_budget_chars, excerpt_k, excerpt_mode, neighbours, spread, short_weight, names (0/1).
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ PARTS: dict[str, dict[str, list[str]]] = {
     },
 }
 # Settings a grid may sweep that are module constants, not request parameters.
-KNOBS = {"neighbours", "short_weight", "names", "spread", "bm25_window"}
+KNOBS = {"neighbours", "short_weight", "names", "spread"}
 
 
 def set_name(data: Path) -> str:
@@ -122,16 +122,12 @@ def knobs(config: dict[str, Any]) -> Iterator[None]:
     """Module constants a configuration changes, put back afterwards."""
     saved = (conversation.EXCERPT_NEIGHBOURS, words.SHORT_TURN_WEIGHT)
     saved_spread = conversation.EXCERPT_SPREAD
-    saved_window = conversation.EXCERPT_BM25_WINDOW
     saved_without = conversation.without_names
     try:
         if "neighbours" in config:
             conversation.EXCERPT_NEIGHBOURS = int(config["neighbours"])
         if "spread" in config:
             conversation.EXCERPT_SPREAD = float(config["spread"])
-        if "bm25_window" in config:
-            window = int(config["bm25_window"])
-            conversation.EXCERPT_BM25_WINDOW = None if window < 0 else window
         if "short_weight" in config:
             words.SHORT_TURN_WEIGHT = float(config["short_weight"])
         if "names" in config and not int(config["names"]):
@@ -140,7 +136,6 @@ def knobs(config: dict[str, Any]) -> Iterator[None]:
     finally:
         conversation.EXCERPT_NEIGHBOURS, words.SHORT_TURN_WEIGHT = saved
         conversation.EXCERPT_SPREAD = saved_spread
-        conversation.EXCERPT_BM25_WINDOW = saved_window
         conversation.without_names = saved_without
 
 

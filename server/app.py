@@ -238,7 +238,7 @@ def open_services(
         book=MemoryBook(
             store, indexer, AgentSettings(store, settings, calibration), clock=clock, hooks=hooks
         ),
-        search=StaffSearch(store, indexer, hooks=hooks, person_ranking=memory.ranked_turns),
+        search=StaffSearch(store, indexer, person_ranking=memory.ranked_turns, hooks=hooks),
     )
 
 

@@ -153,16 +153,6 @@ class TurnsCache:
                 self._held -= len(old[1].turns)
 
 
-def _numbered(
-    person: PersonTurns, runs: list[list[int]], taken: dict[int, float | None]
-) -> list[Excerpt]:
-    return [
-        Excerpt(person.turns[i], taken[i], w, taken[i] is not None)
-        for w, run in enumerate(runs)
-        for i in run
-    ]
-
-
 def windows(
     person: PersonTurns,
     ranked: Sequence[tuple[int, float]],
@@ -211,4 +201,8 @@ def windows(
         else:
             runs.append([i])
     runs.sort(key=lambda run: min((hits[i][0] for i in run if i in hits), default=len(ranked)))
-    return _numbered(person, runs, taken)
+    return [
+        Excerpt(person.turns[i], taken[i], w, taken[i] is not None)
+        for w, run in enumerate(runs)
+        for i in run
+    ]

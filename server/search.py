@@ -22,8 +22,6 @@ from server.store.records import Message
 # k, mode, threshold) -> [(turn, score)] (MemoryService.ranked_turns: BM25 over the person's own
 # turns, her names left out of the search).
 PersonRanking = Callable[[str, str, str, int, str, float | None], list[tuple[Message, float]]]
-# Whether a named person's archived turns are ranked by their own words' statistics.
-PERSON_RANKING = True
 
 KIND_OF = {"facts": "fact", "turns": "turn", "summaries": "summary"}
 # Turns read to find whom a name in the query names (the keyword hits for the name alone).
@@ -119,8 +117,8 @@ class StaffSearch:
         store: Store,
         indexer: Indexer,
         *,
+        person_ranking: PersonRanking,
         hooks: Hooks | None = None,
-        person_ranking: PersonRanking | None = None,
     ) -> None:
         self._store = store
         self._indexer = indexer
@@ -145,7 +143,7 @@ class StaffSearch:
             agent, phone, name = named
             rest = words.without_names(q.query, {name})
             person = f"{where} AND agent = {quote(agent)} AND phone = {quote(phone)}"
-            if self._person_ranking is not None and PERSON_RANKING and "turns" in q.kinds:
+            if "turns" in q.kinds:
                 # Her archived turns as the context ranks them: BM25 counted over her own
                 # turns, where a word of the question is rare if she rarely says it.
                 person += " AND NOT (kind = 'turn' AND status = 'archived')"
