@@ -68,6 +68,28 @@ class Conflict(ApiError):
     code = "conflict"
 
 
+class InvalidSupersedes(ApiError):
+    """`supersedes` names no memory of this agent and person."""
+
+    status = 422
+    code = "invalid_supersedes"
+
+
+class AlreadySuperseded(ApiError):
+    """`supersedes` names a memory that another one has replaced already."""
+
+    status = 409
+    code = "already_superseded"
+
+
+class SupersedesConflict(ApiError):
+    """The memory sent is stored already (identical and current), and that one replaces a
+    different memory than `supersedes` names: one memory replaces one other."""
+
+    status = 409
+    code = "supersedes_conflict"
+
+
 class BodyTooLarge(ApiError):
     status = 413
     code = "body_too_large"

@@ -36,6 +36,10 @@ class Scored:
     score: float
 
 
+# How deep a search reads into the index to fill a page the store thins out.
+MAX_DEPTH = 4000
+
+
 class MemoryBook:
     """An agent's memories. Every change is recorded in the memory's history and queued for
     the indexer; changes to content are embedded before the call returns."""
@@ -104,7 +108,9 @@ class MemoryBook:
         (deleted, or its person forgotten, after it was read): then nothing was written."""
         if updated is None:
             raise NotFound("Memory not found")
-        self._indexer.index_now("fact", [updated.id])
+        # An approval may have applied its supersession: the replaced one is indexed again.
+        replaced = [updated.supersedes] if updated.supersedes else []
+        self._indexer.index_now("fact", [updated.id, *replaced])
         return updated
 
     def delete(self, agent: str, memory_id: str, actor: str) -> bool:
@@ -161,23 +167,38 @@ class MemoryBook:
         both fused by score (hybrid). Filters apply inside LanceDB; metadata, which
         the index does not hold, is checked on a wider candidate set."""
         depth = q.limit if not q.metadata else min(1000, q.limit * 20)
-        hits = self._indexer.space.retrieve(
-            q.mode, q.query, where=self._where(agent, q), k=depth, min_score=q.threshold
-        )
-        current = self._store.memories_by_ids([h.row.ref_id for h in hits])
-        found: list[Scored] = []
-        for hit in hits:
-            memory = current.get(hit.row.ref_id)
-            if memory is None or memory.agent != agent or not _matches(memory, q):
-                continue
-            found.append(Scored(memory, round(hit.score, 4)))
-        return found[: q.limit]
+        where = self._where(agent, q)
+        while True:
+            hits = self._indexer.space.retrieve(
+                q.mode, q.query, where=where, k=depth, min_score=q.threshold
+            )
+            current = self._store.memories_by_ids([h.row.ref_id for h in hits])
+            found: list[Scored] = []
+            for hit in hits:
+                memory = current.get(hit.row.ref_id)
+                if memory is None or memory.agent != agent or not _matches(memory, q):
+                    continue
+                found.append(Scored(memory, round(hit.score, 4)))
+            # Hits the store turns down (not true at valid_at, stale in the index, other
+            # metadata) leave the page short: read deeper while the index has more.
+            if len(found) >= q.limit or len(hits) < depth or depth >= MAX_DEPTH:
+                return found[: q.limit]
+            depth = min(MAX_DEPTH, depth * 4)
 
     @staticmethod
     def _where(agent: str, q: MemoryQuery) -> str:
         """The same filters as a LanceDB filter: they run inside the index."""
         parts = ["kind = 'fact'", f"agent = {quote(agent)}"]
-        parts += [f"{column} = {quote(value)}" for column, value in q.where.equalities()]
+        whole_chain = q.where.valid_at is not None or q.where.include_superseded
+        for column, value in q.where.equalities():
+            if column == "status" and whole_chain:
+                # a replaced memory is indexed as 'superseded' (server/indexer.py, fact_row),
+                # whatever its status: the store's row decides (_matches)
+                parts.append(f"status IN ({quote(value)}, 'superseded')")
+            else:
+                parts.append(f"{column} = {quote(value)}")
+        if not whole_chain:
+            parts.append("status != 'superseded'")
         if q.where.start_date is not None:
             parts.append(f"created_at >= {quote(q.where.start_date)}")
         if q.where.end_date is not None:

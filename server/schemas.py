@@ -78,6 +78,7 @@ class FactOut(BaseModel):
     content: str
     type: str
     score: float | None
+    valid_from: str | None = Field(None, description="Since when the fact has been true.")
 
 
 class ExcerptOut(BaseModel):
@@ -155,6 +156,11 @@ _MEMORY_EXAMPLE: dict[str, Any] = {
     "created_at": "2026-03-01T09:00:00.000Z",
     "updated_at": "2026-03-01T09:00:00.000Z",
     "expires_at": "2026-03-08T09:00:00.000Z",
+    "valid_from": "2026-03-01T08:55:00.000Z",
+    "invalid_at": None,
+    "superseded_by": None,
+    "supersedes": None,
+    "source_message_ids": [812, 813],
 }
 _HISTORY_EXAMPLE: dict[str, Any] = {
     "action": "update",
@@ -193,6 +199,25 @@ class MemoryOut(BaseModel):
     created_at: str
     updated_at: str
     expires_at: str | None
+    valid_from: str = Field(
+        description="When it became true: the time of the turns it was extracted from, else"
+        " when it was stored."
+    )
+    invalid_at: str | None = Field(
+        None, description="When it stopped being true (another memory replaced it); null while"
+        " current."
+    )
+    superseded_by: str | None = Field(None, description="The memory that replaced it.")
+    supersedes: str | None = Field(
+        None,
+        description="The memory it replaces (or, while pending review, will replace once"
+        " approved).",
+    )
+    source_message_ids: list[int] = Field(
+        default_factory=list,
+        description="The turns it was extracted from (they may be archived); empty for a"
+        " memory written through the API.",
+    )
 
 
 class MemoryCreated(MemoryOut):
@@ -490,6 +515,18 @@ class MemoryCreate(Strict):
     session_id: str | None = Field(None, min_length=1, max_length=200)
     task_id: str | None = Field(None, min_length=1, max_length=200)
     graph_id: str | None = Field(None, min_length=1, max_length=200)
+    supersedes: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="The id of a current memory of the same person that this one replaces (a"
+        " change in the world: 'moved to Lisbon' replaces 'lives in Madrid'). The old one gets"
+        " `invalid_at` and `superseded_by` in the same transaction; while this one waits for"
+        " review, on approval. 422 invalid_supersedes when no such memory of this agent and"
+        " person exists, 409 already_superseded when another replaced it already. To fix a"
+        " wrong memory instead, PATCH it.",
+    )
 
 
 class MemoryUpdate(Strict):
@@ -545,6 +582,14 @@ class MemorySearch(Strict):
     task_id: str | None = Field(None, max_length=200)
     graph_id: str | None = Field(None, max_length=200)
     metadata: dict[str, Any] | None = Field(None, description="Equality on each key given.")
+    as_of: str | None = Field(
+        None,
+        description="An ISO 8601 time: the memories true then (superseded later or not)"
+        " instead of the current ones.",
+    )
+    include_superseded: bool = Field(
+        False, description="Also memories another one has replaced (the whole chain)."
+    )
 
 
 class ScoredMemoryOut(MemoryOut):
@@ -644,7 +689,10 @@ class StaffHit(BaseModel):
     text: str
     score: float
     created_at: str
-    status: str = Field(description="facts: pending/approved/rejected; turns: recent/archived")
+    status: str = Field(
+        description="facts: pending/approved/rejected, or superseded (a newer memory replaced"
+        " it: see the memory's invalid_at and superseded_by); turns: recent/archived"
+    )
     highlights: list[tuple[int, int]] = Field(
         description="[start, end) character spans of the query's words in the text."
     )

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 
 from server import validation
 from server.deps import AgentDep, PrincipalDep, ServicesDep
-from server.errors import NotFound, error_body
+from server.errors import InvalidInput, NotFound, error_body
 from server.memory_book import MemoryQuery
 from server.routes.messages import memory_fields
 from server.schemas import (
@@ -47,6 +47,20 @@ def _optional_phone(phone: str | None) -> str | None:
 
 def _optional_time(value: str | None, what: str) -> str | None:
     return validation.timestamp(value, what=what) if value else None
+
+
+def _page_mark_or_time(as_of: str | None) -> tuple[int | None, str | None]:
+    """The listing's `as_of`: a whole number is an earlier page's mark (memories stored
+    later are left out), anything else must be a time (the memories true then)."""
+    if as_of is None or not as_of.strip():
+        return None, None
+    text = as_of.strip()
+    if text.isascii() and text.isdigit():  # "²" and "٣" are digits too, but no int()
+        mark = int(text[:20])
+        if len(text) > 20 or mark > 2**62:
+            raise InvalidInput("as_of: a page mark is at most 2**62", "invalid_request")
+        return mark, None
+    return None, validation.timestamp(as_of, what="as_of")
 
 
 @router.post(
@@ -89,6 +103,7 @@ def create_memory(
         task_id=body.task_id,
         graph_id=body.graph_id,
         expires_at=expires_at,
+        supersedes=body.supersedes,
     )
     if not stored:
         response.status_code = status.HTTP_200_OK
@@ -114,10 +129,22 @@ def list_memories(
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
     order_by: Literal["created_at", "updated_at"] = "created_at",
     order: Literal["asc", "desc"] = "desc",
-    as_of: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+    as_of: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            description="An ISO 8601 time: the memories true then, instead of the current ones."
+            " A whole number is the page mark of an earlier page (`as_of` in its answer).",
+        ),
+    ] = None,
+    include_superseded: Annotated[
+        bool, Query(description="Also memories another one has replaced (the whole chain).")
+    ] = False,
 ) -> MemoryList:
-    """Memories of the agent, filtered, newest first by default, a page at a time."""
+    """Memories of the agent, filtered, newest first by default, a page at a time: the current
+    ones (not replaced by another) unless `as_of` or `include_superseded` says otherwise."""
     principal.require_read(agent)
+    mark, valid_at = _page_mark_or_time(as_of)
     where = MemoryFilter(
         phone=_optional_phone(phone),
         status=status_,
@@ -127,7 +154,9 @@ def list_memories(
         graph_id=graph_id,
         start_date=_optional_time(start_date, "start_date"),
         end_date=_optional_time(end_date, "end_date"),
-        as_of=as_of,
+        as_of=mark,
+        valid_at=valid_at,
+        include_superseded=include_superseded,
     )
     items, total, mark = services.book.page(
         agent, where, order_by=order_by, descending=order == "desc", limit=limit, offset=offset
@@ -166,6 +195,8 @@ def search_memories(
             graph_id=body.graph_id,
             start_date=_optional_time(body.start_date, "start_date"),
             end_date=_optional_time(body.end_date, "end_date"),
+            valid_at=_optional_time(body.as_of, "as_of"),
+            include_superseded=body.include_superseded,
         ),
         metadata=body.metadata,
     )

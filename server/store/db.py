@@ -71,6 +71,10 @@ class Database(Protocol):
     def close(self) -> None: ...
 
 
+# The lock key of an agent's own memories (phone None): no person's number is empty.
+AGENT_WIDE = ""
+
+
 class Queries:
     """What every group of queries shares: the database and the clock."""
 
@@ -91,10 +95,10 @@ class Queries:
         """A write transaction that holds the person's lock first: every write of a person's
         rows goes through one, so a forget, a retention sweep or an opt-out decides and
         deletes in one view that no other replica's write of that person can slip into
-        (they wait for it, or it waits for them). phone None: the agent's own memories."""
+        (they wait for it, or it waits for them). phone None: the agent's own memories, under
+        the agent-wide key (no person's number is empty)."""
         with self._transaction() as conn:
-            if phone is not None:
-                self._db.lock_person(conn, agent, phone)
+            self._db.lock_person(conn, agent, AGENT_WIDE if phone is None else phone)
             yield conn
 
     def _now(self) -> str:

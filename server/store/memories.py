@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from contextlib import suppress
+from dataclasses import replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from server.clock import format_time
-from server.store.db import Conn, Queries
+from server.errors import AlreadySuperseded, InvalidSupersedes, SupersedesConflict
+from server.store.db import AGENT_WIDE, Conn, Queries
 from server.store.messages import archive, count_waiting
 from server.store.outbox import enqueue
 from server.store.records import (
@@ -20,8 +23,13 @@ from server.store.records import (
     memory_of,
 )
 
-# The lock key of an agent's own memories (phone None): no person's number is empty.
-AGENT_WIDE = ""
+
+class Applied(NamedTuple):
+    """What one compaction wrote: the turns it archived and the facts it stored."""
+
+    archived: list[int]
+    stored: list[str]
+    seen_again: int  # facts stored before that this compaction saw again
 
 
 class MemoryQueries(Queries):
@@ -92,7 +100,9 @@ class MemoryQueries(Queries):
     def insert_memory(self, memory: Memory, *, actor: str) -> Memory:
         """Store a new memory, its 'create' history entry and its outbox row, atomically; or,
         when an identical current memory is stored already, return that one and write
-        nothing (the caller tells them apart by id).
+        nothing (the caller tells them apart by id). An identical one sent with `supersedes`
+        takes that supersession on, unless it already replaces another memory
+        (SupersedesConflict): the same change sent twice is one change.
 
         The check and the insert run in one write transaction that holds the person's lock
         (PostgreSQL: an advisory lock, on every replica; SQLite: BEGIN IMMEDIATE holds off
@@ -105,19 +115,35 @@ class MemoryQueries(Queries):
         back, an edit rewrites content) and each of those would meet a unique violation, and a
         database already holding duplicates could not build it."""
         with self._person_transaction(memory.agent, memory.phone) as conn:
-            if memory.phone is None:  # the person's transaction locks no one: lock the agent
-                self._db.lock_person(conn, memory.agent, AGENT_WIDE)
             found = _identical(conn, memory)
             if found is not None:
-                return found
+                if memory.supersedes is None:
+                    return found
+                return _adopt_supersedes(conn, found, memory.supersedes, actor, self._now())
+            if memory.supersedes is not None:
+                _check_supersedes(conn, memory)
             _insert_memory(conn, memory, actor)
+            if memory.supersedes is not None and memory.status == "approved":
+                _supersede(conn, memory, actor, self._now())
         return memory
 
-    def newest_memories(self, agent: str, phone: str, *, status: str, limit: int) -> list[Memory]:
+    def newest_memories(
+        self, agent: str, phone: str, *, status: str, limit: int, valid_at: str | None = None
+    ) -> list[Memory]:
+        """The newest memories of a status, true now (or at `valid_at`)."""
+        args: tuple[str, ...] = ()
+        if valid_at is None:
+            when = " AND invalid_at IS NULL"
+        else:
+            when = (
+                " AND COALESCE(valid_from, created_at) <= ?"
+                " AND (invalid_at IS NULL OR invalid_at > ?)"
+            )
+            args = (valid_at, valid_at)
         rows = self._reader().execute(
             f"SELECT {MEMORY_COLUMNS} FROM memories WHERE agent = ? AND phone = ? AND status = ?"
-            " ORDER BY created_at DESC, id DESC LIMIT ?",
-            (agent, phone, status, limit),
+            f"{when} ORDER BY created_at DESC, id DESC LIMIT ?",
+            (agent, phone, status, *args, limit),
         )
         return [memory_of(r) for r in rows]
 
@@ -186,6 +212,9 @@ class MemoryQueries(Queries):
         values["updated_at"] = now
         assignments = ", ".join(f"{k} = ?" for k in values)
         with self._person_transaction(memory.agent, memory.phone) as conn:
+            if changes.get("status", "approved") != "approved":
+                # Rejected or sent back to review: it is no longer true, so what it replaced is.
+                _leave_chain(conn, memory.id, memory.agent, actor, now, deleting=False)
             cur = conn.execute(
                 f"UPDATE memories SET {assignments} WHERE id = ?", (*values.values(), memory.id)
             )
@@ -204,18 +233,30 @@ class MemoryQueries(Queries):
             row = conn.execute(
                 f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ?", (memory.id,)
             ).fetchone()
-        return memory_of(row)
+            updated = memory_of(row)
+            # The supersession proposed while it waited for review happens on approval; when
+            # the old one is gone or replaced meanwhile, the proposal is dropped.
+            if (
+                changes.get("status") == "approved"
+                and updated.supersedes is not None
+                and _supersede(conn, updated, actor, now) is None
+            ):
+                updated = _drop_supersedes(conn, updated)
+        return updated
 
     def delete_memories(self, memories: Sequence[Memory], *, actor: str) -> int:
         """Delete memories, recording who did it; the indexer removes their vectors. Memories
         already gone (deleted, or their person forgotten) are skipped and leave no history.
-        Returns how many were deleted."""
+        A chain stays whole: deleting the current memory makes the one it replaced current
+        again; deleting one in the middle links its neighbours. Returns how many were
+        deleted."""
         now = self._now()
         deleted = 0
         with self._transaction() as conn:
-            for agent, phone in sorted({(m.agent, m.phone) for m in memories if m.phone}):
+            for agent, phone in sorted({(m.agent, m.phone or AGENT_WIDE) for m in memories}):
                 self._db.lock_person(conn, agent, phone)  # in one order: no deadlock
             for memory in memories:
+                _leave_chain(conn, memory.id, memory.agent, actor, now, deleting=True)
                 if not conn.execute("DELETE FROM memories WHERE id = ?", (memory.id,)).rowcount:
                     continue
                 deleted += 1
@@ -257,9 +298,11 @@ class MemoryQueries(Queries):
         seen_again: Sequence[str],
         actor: str,
         from_turns: Sequence[int],
-    ) -> list[int] | None:
+    ) -> Applied | None:
         """All effects of one compaction in one transaction: the summary, the new facts (with
-        history and outbox rows), the facts seen again, and the archived turns. The model ran
+        history and outbox rows), the facts seen again, and the archived turns; returns the
+        archived turns and the ids of the facts stored (one found stored already, identical,
+        is seen again instead). The model ran
         before, outside any lock: if the turns it read (`from_turns`) are no longer all there
         and waiting (the person was forgotten meanwhile), nothing is written and None is
         returned, so nothing made from deleted turns can bring the person back."""
@@ -269,14 +312,28 @@ class MemoryQueries(Queries):
                 return None
             _put_summary(conn, agent, phone, summary, through_id, now)
             repeated = list(seen_again)
+            stored: list[str] = []
             for memory in new_facts:
                 found = _identical(conn, memory)
                 if found is None:
                     _insert_memory(conn, memory, actor)
-                elif found.id not in repeated:
+                    stored.append(memory.id)
+                    if (
+                        memory.supersedes is not None
+                        and memory.status == "approved"
+                        and _supersede(conn, memory, actor, now) is None
+                    ):
+                        _drop_supersedes(conn, memory)  # replaced or gone meanwhile
+                    continue
+                if memory.supersedes is not None:
+                    # a proposal that no longer fits (checked before any write): seen again
+                    with suppress(SupersedesConflict, InvalidSupersedes, AlreadySuperseded):
+                        found = _adopt_supersedes(conn, found, memory.supersedes, actor, now)
+                if found.id not in repeated:
                     # Stored since the duplicate check, which reads the index (it may lag):
                     # the fact is seen again, not stored twice.
                     repeated.append(found.id)
+            seen = 0
             for memory_id in repeated:
                 if not conn.execute(
                     "UPDATE memories SET seen_count = seen_count + 1, updated_at = ?"
@@ -284,13 +341,14 @@ class MemoryQueries(Queries):
                     (now, memory_id, agent, phone),
                 ).rowcount:
                     continue  # deleted since the duplicate check: no history for it
+                seen += 1
                 conn.execute(
                     "INSERT INTO memory_history (memory_id, agent, phone, action, actor,"
                     " old_content, new_content, at) VALUES (?, ?, ?, 'seen_again', ?, NULL,"
                     " NULL, ?)",
                     (memory_id, agent, phone, actor, now),
                 )
-            return archive(conn, agent, phone, through_id, now)
+            return Applied(archive(conn, agent, phone, through_id, now), stored, seen)
 
     def expire_pending(self, now: str) -> list[Memory]:
         """Pending memories whose review time has passed become rejected."""
@@ -340,7 +398,7 @@ def _identical(conn: Conn, memory: Memory) -> Memory | None:
     )
     row = conn.execute(
         f"SELECT {MEMORY_COLUMNS} FROM memories WHERE agent = ? AND {person} AND type = ?"
-        " AND content = ? AND status IN ('pending', 'approved')"
+        " AND content = ? AND status IN ('pending', 'approved') AND invalid_at IS NULL"
         " AND (expires_at IS NULL OR expires_at > ?)"
         " ORDER BY created_at, id LIMIT 1",
         (memory.agent, *phone, memory.type, memory.content, memory.created_at),
@@ -348,10 +406,122 @@ def _identical(conn: Conn, memory: Memory) -> Memory | None:
     return None if row is None else memory_of(row)
 
 
+def _check_supersedes(conn: Conn, memory: Memory) -> None:
+    """The memory `memory.supersedes` names must be this agent's and person's, and current."""
+    row = conn.execute(
+        "SELECT agent, phone, invalid_at FROM memories WHERE id = ?", (memory.supersedes,)
+    ).fetchone()
+    if row is None or row["agent"] != memory.agent or row["phone"] != memory.phone:
+        raise InvalidSupersedes(
+            f"supersedes: no memory {memory.supersedes!r} of this agent and person"
+        )
+    if row["invalid_at"] is not None:
+        raise AlreadySuperseded(f"supersedes: memory {memory.supersedes!r} was superseded already")
+
+
+def _supersede(conn: Conn, memory: Memory, actor: str, now: str) -> str | None:
+    """`memory` replaces the one it names: that one stops being true when `memory` became
+    true (never before it began), with a history entry and an outbox row (its vector leaves
+    current searches). Nothing happens when the old one is gone or replaced already (a
+    compaction or an approval that raced with an edit). Returns the old id, or None."""
+    old_id = memory.supersedes
+    row = conn.execute(
+        f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ? AND agent = ? AND invalid_at IS NULL",
+        (old_id, memory.agent),
+    ).fetchone()
+    if row is None or old_id == memory.id:
+        return None
+    old = memory_of(row)
+    if old.phone != memory.phone:
+        return None
+    ended = max(memory.since, old.since)
+    if not conn.execute(
+        "UPDATE memories SET invalid_at = ?, superseded_by = ?, updated_at = ?"
+        " WHERE id = ? AND invalid_at IS NULL",
+        (ended, memory.id, now, old.id),
+    ).rowcount:
+        return None  # replaced between the read and the write
+    _history(conn, old, "supersede", actor, old.content, memory.content, now)
+    enqueue(conn, "fact", old.id, old.agent, old.phone, now)
+    return old.id
+
+
+def _adopt_supersedes(conn: Conn, found: Memory, target: str, actor: str, now: str) -> Memory:
+    """An identical memory was sent again, naming `target` as the one it replaces: the stored
+    one takes that supersession on (applied now if it is approved, on approval if pending).
+    A stored one that replaces another memory already cannot replace a second."""
+    if found.id == target:
+        return found  # the same memory named as its own predecessor: nothing to change
+    if found.supersedes is not None and found.supersedes != target:
+        raise SupersedesConflict(
+            f"supersedes: the identical memory {found.id!r} already replaces {found.supersedes!r}"
+        )
+    if found.supersedes == target and found.status != "approved":
+        return found  # proposed already; it happens on approval
+    adopted = replace(found, supersedes=target)
+    if found.supersedes is None:
+        _check_supersedes(conn, adopted)
+        conn.execute(
+            "UPDATE memories SET supersedes = ?, updated_at = ? WHERE id = ?",
+            (target, now, found.id),
+        )
+    if found.status == "approved":
+        _supersede(conn, adopted, actor, now)
+    row = conn.execute(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ?", (found.id,))
+    return memory_of(row.fetchone())
+
+
+def _drop_supersedes(conn: Conn, memory: Memory) -> Memory:
+    """A supersession that could not happen (the old memory was deleted or replaced by
+    another meanwhile) is not kept as if it had."""
+    conn.execute("UPDATE memories SET supersedes = NULL WHERE id = ?", (memory.id,))
+    return replace(memory, supersedes=None)
+
+
+def _leave_chain(
+    conn: Conn, memory_id: str, agent: str, actor: str, now: str, *, deleting: bool
+) -> None:
+    """`memory_id` is about to stop counting (deleted, rejected, or sent back to review):
+    keep its chain whole. When it was the current one, what it replaced is true again
+    ('reopen' in that memory's history). When it had been replaced itself and is being
+    deleted, its predecessor and its successor are linked to each other."""
+    row = conn.execute(
+        f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ? AND agent = ?", (memory_id, agent)
+    ).fetchone()
+    if row is None:
+        return
+    leaving = memory_of(row)
+    if leaving.invalid_at is None:
+        if leaving.status != "approved":
+            return  # a pending or rejected one replaced nothing yet
+        previous = conn.execute(
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE superseded_by = ? AND agent = ?",
+            (memory_id, agent),
+        ).fetchall()
+        for prev in map(memory_of, previous):
+            conn.execute(
+                "UPDATE memories SET invalid_at = NULL, superseded_by = NULL, updated_at = ?"
+                " WHERE id = ?",
+                (now, prev.id),
+            )
+            _history(conn, prev, "reopen", actor, leaving.content, prev.content, now)
+            enqueue(conn, "fact", prev.id, prev.agent, prev.phone, now)
+    elif deleting and leaving.superseded_by is not None:
+        successor = leaving.superseded_by
+        conn.execute(
+            "UPDATE memories SET superseded_by = ? WHERE superseded_by = ? AND agent = ?",
+            (successor, memory_id, agent),
+        )
+        conn.execute(
+            "UPDATE memories SET supersedes = ? WHERE id = ? AND supersedes = ?",
+            (leaving.supersedes, successor, memory_id),
+        )
+
+
 def _insert_memory(conn: Conn, memory: Memory, actor: str) -> None:
     conn.execute(
         f"INSERT INTO memories ({MEMORY_COLUMNS}) VALUES"
-        " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             memory.id,
             memory.agent,
@@ -370,6 +540,10 @@ def _insert_memory(conn: Conn, memory: Memory, actor: str) -> None:
             memory.created_at,
             memory.updated_at,
             memory.expires_at,
+            memory.since,
+            memory.invalid_at,
+            memory.superseded_by,
+            memory.supersedes,
         ),
     )
     _history(conn, memory, "create", actor, None, memory.content, memory.created_at)

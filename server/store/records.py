@@ -46,6 +46,20 @@ class Memory:
     created_at: str
     updated_at: str
     expires_at: str | None
+    # When it became true (the source turn's time, else its creation; None: created_at), when
+    # it stopped (None while current) and the memory that replaced it.
+    valid_from: str | None = None
+    invalid_at: str | None = None
+    superseded_by: str | None = None
+    supersedes: str | None = None  # pending: the memory it replaces once approved
+
+    @property
+    def since(self) -> str:
+        return self.valid_from or self.created_at
+
+    def true_at(self, moment: str) -> bool:
+        """True at `moment` (an ISO time): it had become true and had not yet stopped."""
+        return self.since <= moment and (self.invalid_at is None or moment < self.invalid_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +102,11 @@ class MemoryFilter:
     graph_id: str | None = None
     start_date: str | None = None
     end_date: str | None = None
-    as_of: int | None = None
+    as_of: int | None = None  # the page mark: memories stored later are left out
+    # Validity: at a time (the API's `as_of=<time>`: memories true then), else current ones
+    # only unless include_superseded.
+    valid_at: str | None = None
+    include_superseded: bool = False
 
     EQUALITY = ("phone", "status", "type", "session_id", "task_id", "graph_id")
 
@@ -102,7 +120,11 @@ class MemoryFilter:
             return False
         if self.start_date is not None and memory.created_at < self.start_date:
             return False
-        return self.end_date is None or memory.created_at <= self.end_date
+        if self.end_date is not None and memory.created_at > self.end_date:
+            return False
+        if self.valid_at is not None:
+            return memory.true_at(self.valid_at)
+        return self.include_superseded or memory.invalid_at is None
 
     def sql(self, agent: str, as_of: int, seq: str) -> tuple[str, tuple[Any, ...]]:
         """The WHERE clause and its arguments; `seq` is the column of insertion order."""
@@ -117,6 +139,12 @@ class MemoryFilter:
         if self.end_date is not None:
             clauses.append("created_at <= ?")
             args.append(self.end_date)
+        if self.valid_at is not None:
+            clauses.append("COALESCE(valid_from, created_at) <= ?")
+            clauses.append("(invalid_at IS NULL OR invalid_at > ?)")
+            args += [self.valid_at, self.valid_at]
+        elif not self.include_superseded:
+            clauses.append("invalid_at IS NULL")
         return " AND ".join(clauses), tuple(args)
 
 
@@ -143,7 +171,8 @@ class OutboxItem:
 MESSAGE_COLUMNS = "id, agent, phone, event_id, number, role, content, created_at, archived"
 MEMORY_COLUMNS = (
     "id, agent, phone, content, type, status, confidence, source, metadata, session_id, task_id,"
-    " graph_id, source_turns, seen_count, created_at, updated_at, expires_at"
+    " graph_id, source_turns, seen_count, created_at, updated_at, expires_at, valid_from,"
+    " invalid_at, superseded_by, supersedes"
 )
 
 
@@ -180,6 +209,10 @@ def memory_of(row: Any) -> Memory:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         expires_at=row["expires_at"],
+        valid_from=row["valid_from"],
+        invalid_at=row["invalid_at"],
+        superseded_by=row["superseded_by"],
+        supersedes=row["supersedes"],
     )
 
 

@@ -231,6 +231,17 @@ SQLITE_MIGRATIONS: list[str] = [
     -- ('999-06-01T...'), which sort after every later time: padded to four.
     UPDATE messages SET created_at = substr('000' || created_at, length(created_at) - 20)
     WHERE length(created_at) < 24;
+    """,    """
+    -- Facts that stay true (issue 26): when a memory became true, when it stopped being true
+    -- (null while current) and the memory that replaced it. Older memories became true when
+    -- they were stored.
+    ALTER TABLE memories ADD COLUMN valid_from TEXT;
+    ALTER TABLE memories ADD COLUMN invalid_at TEXT;
+    ALTER TABLE memories ADD COLUMN superseded_by TEXT;
+    -- A pending memory's proposal: the memory it replaces once approved.
+    ALTER TABLE memories ADD COLUMN supersedes TEXT;
+    UPDATE memories SET valid_from = created_at;
+    CREATE INDEX memories_superseded_by ON memories (superseded_by);
     """,
 ]
 
@@ -381,5 +392,16 @@ POSTGRES_MIGRATIONS: list[str] = [
     -- ('999-06-01T...'), which sort after every later time: padded to four.
     UPDATE messages SET created_at = substr('000' || created_at, length(created_at) - 20)
     WHERE length(created_at) < 24;
+    """,    """
+    -- Facts that stay true (issue 26): when a memory became true, when it stopped being true
+    -- (null while current) and the memory that replaced it. Older memories became true when
+    -- they were stored.
+    ALTER TABLE memories ADD COLUMN valid_from TEXT;
+    ALTER TABLE memories ADD COLUMN invalid_at TEXT;
+    ALTER TABLE memories ADD COLUMN superseded_by TEXT;
+    -- A pending memory's proposal: the memory it replaces once approved.
+    ALTER TABLE memories ADD COLUMN supersedes TEXT;
+    UPDATE memories SET valid_from = created_at;
+    CREATE INDEX memories_superseded_by ON memories (superseded_by);
     """,
 ]

@@ -753,6 +753,7 @@ def new_memory(phone: str | None, content: str) -> Memory:
         created_at="2026-03-01T09:00:00.000Z",
         updated_at="2026-03-01T09:00:00.000Z",
         expires_at=None,
+        valid_from="2026-03-01T09:00:00.000Z",
     )
 
 
@@ -797,7 +798,7 @@ def test_compaction_does_not_store_a_fact_identical_to_a_current_memory(api: Api
     store = api.services.store
     turns = [m.id for m in store.recent_turns(AGENT, PHONE, 10)]
     fact = replace(new_memory(PHONE, "Works at the hospital"), source="extracted")
-    archived = store.apply_compaction(
+    applied = store.apply_compaction(
         AGENT,
         PHONE,
         summary="Talked about work.",
@@ -807,7 +808,8 @@ def test_compaction_does_not_store_a_fact_identical_to_a_current_memory(api: Api
         actor="model:fake",
         from_turns=turns,
     )
-    assert archived is not None and sorted(archived) == sorted(turns)
+    assert applied is not None and sorted(applied.archived) == sorted(turns)
+    assert applied.stored == []
     (row,) = db(api, "SELECT id, seen_count FROM memories")
     assert (row["id"], row["seen_count"]) == (memory.id, 2)
     history = api.client.get(f"{M}/{memory.id}/history", headers=admin()).json()["items"]

@@ -391,6 +391,9 @@ def test_a_database_of_version_5_gains_the_opt_outs_table(tmp_path: Path) -> Non
     execute(settings, "DROP TABLE opt_outs")
     execute(settings, "DROP INDEX messages_archived_age")
     execute(settings, "DROP TABLE erasures")  # (version 7)
+    execute(settings, "DROP INDEX memories_superseded_by")  # (version 8: its columns)
+    for column in ("valid_from", "invalid_at", "superseded_by", "supersedes"):
+        execute(settings, f"ALTER TABLE memories DROP COLUMN {column}")
     execute(settings, "DELETE FROM schema_migrations WHERE version >= 6")
     execute(
         settings,
