@@ -21,7 +21,7 @@ from server.agent_settings import AgentConfig, AgentSettings
 from server.clock import Clock, format_time, utc_now
 from server.hooks import Hooks
 from server.indexer import Indexer
-from server.llm import ExtractedFact, ModelError, Summariser
+from server.llm import Decision, ExtractedFact, ModelError, Stored, Summariser
 from server.locks import KeyedLocks
 from server.store import Memory, Message, Store
 
@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 REVIEW_DAYS = 7
 DUPLICATE_CANDIDATES = 3  # stored facts compared again, in the symmetric form, with a new one
+UPDATE_CANDIDATES = 3  # the person's current facts most like a new one, shown to the model
 BACKOFF_S = (30.0, 60.0, 120.0, 300.0, 900.0)
 
 
@@ -175,10 +176,27 @@ class Compaction:
         # The model first: if it fails, nothing has been written.
         summary = self._model.summarise(previous, transcript)
         extracted = self._model.extract_facts(transcript)
-        new, seen_again = self._dedupe(agent, phone, extracted)
+        decided = self._decide(agent, phone, extracted)
+        undecided = [f for f, d in decided if d is None]
+        added = [f for f, d in decided if d is not None and d.action == "add"]
+        # A fact the model saw next to the stored ones and called new is not checked against
+        # them again ("dentist on 21 May" is not a repeat of "dentist on 14 May", though their
+        # cosine may pass the duplicate threshold); against each other, all new facts are.
+        new, seen_again = self._dedupe(agent, phone, undecided + added, trusted=len(added))
         facts = [self._memory(agent, phone, f, old, review) for f in new]
+        replaced: set[str] = set()
+        for fact, decision in decided:
+            if decision is None or decision.target is None:
+                continue
+            if decision.action == "duplicate" and decision.target not in seen_again:
+                seen_again.append(decision.target)
+            elif decision.action == "supersede":
+                # One replacement per stored fact: a second one is kept as a plain new fact.
+                target = decision.target if decision.target not in replaced else None
+                replaced.add(decision.target)
+                facts.append(self._memory(agent, phone, fact, old, review, supersedes=target))
         self._hooks.reach("compaction.model_answered")
-        archived = self._store.apply_compaction(
+        applied = self._store.apply_compaction(
             agent,
             phone,
             summary=summary,
@@ -188,18 +206,66 @@ class Compaction:
             actor=f"model:{self._model.model}",
             from_turns=[m.id for m in old],
         )
-        if archived is None:
+        if applied is None:
             # Forgotten (or compacted) while the model ran: what it made from those turns
             # must not be stored.
             log.info("compaction dropped: the turns it read are gone")
             return Compacted(0, 0, None)
-        # Facts are indexed now, so the next compaction's duplicate check sees them.
-        self._indexer.index_now("fact", [f.id for f in facts])
+        # Facts are indexed now, so the next compaction's duplicate check sees them (and the
+        # ones they replaced leave the searches of current facts).
+        self._indexer.index_now("fact", applied.stored + sorted(replaced))
         self._indexer.wake()
-        return Compacted(len(archived), len(facts), old[-1].id, len(seen_again))
+        return Compacted(len(applied.archived), len(applied.stored), old[-1].id, applied.seen_again)
+
+    def _decide(
+        self, agent: str, phone: str, extracted: list[ExtractedFact]
+    ) -> list[tuple[ExtractedFact, Decision | None]]:
+        """Each new fact with the model's decision against the person's current facts most
+        like it (add, supersede one, duplicate of one, skip); None where there is nothing to
+        decide (no stored fact near it) or the model's answer for it cannot be used: those
+        go through the duplicate check, as before this step existed. A failed call decides
+        nothing and fails nothing: the summary and the facts are kept."""
+        if not extracted or self._model is None:
+            return [(f, None) for f in extracted]
+        space = self._indexer.space
+        where = (
+            f"agent = {quote(agent)} AND phone = {quote(phone)} AND kind = 'fact'"
+            " AND status IN ('approved', 'pending')"
+        )
+        vectors = space.encoder.encode_query([f.content for f in extracted])
+        nearest = [
+            [h.row.ref_id for h in space.index.search(v, where=where, k=UPDATE_CANDIDATES)]
+            for v in vectors
+        ]
+        stored = self._store.memories_by_ids(sorted({i for ids in nearest for i in ids}))
+        shown = [
+            [
+                Stored(m.id, m.content, m.since)
+                for i in ids
+                if (m := stored.get(i)) is not None
+                and m.invalid_at is None
+                and m.status in ("approved", "pending")
+            ]
+            for ids in nearest
+        ]
+        if not any(shown):
+            return [(f, None) for f in extracted]
+        try:
+            decisions = self._model.decide_updates(extracted, shown)
+        except ModelError as exc:
+            log.warning("the fact-update call failed; the duplicate check decides: %s", exc)
+            return [(f, None) for f in extracted]
+        except Exception:  # a parser defect must not cost the facts: fall back, loudly
+            log.exception("the fact-update answer could not be used; the duplicate check decides")
+            return [(f, None) for f in extracted]
+        return [
+            (fact, decision)
+            for fact, decision in zip(extracted, decisions, strict=True)
+            if decision is None or decision.action != "skip"
+        ]
 
     def _dedupe(
-        self, agent: str, phone: str, extracted: list[ExtractedFact]
+        self, agent: str, phone: str, extracted: list[ExtractedFact], trusted: int = 0
     ) -> tuple[list[ExtractedFact], list[str]]:
         """Split extracted facts into new ones and ids of existing facts they repeat (cosine at
         or above the duplicate threshold), also among themselves.
@@ -207,7 +273,8 @@ class Compaction:
         Whether two facts say the same is a symmetric comparison: both sides are embedded in
         the query form (e5's authors' advice), while the index holds facts in the passage form.
         So the index gives the few nearest stored facts, and those are compared again with the
-        new fact in the symmetric form."""
+        new fact in the symmetric form. The last `trusted` facts are compared with the other new
+        ones only: the model has judged them against the stored ones already."""
         if not extracted:
             return [], []
         space = self._indexer.space
@@ -218,9 +285,16 @@ class Compaction:
         )
         contents = [f.content for f in extracted]
         stored = space.encoder.encode(contents)
-        where = f"agent = {quote(agent)} AND phone = {quote(phone)} AND kind = 'fact'"
+        # Not a replaced fact: "lives in Madrid" again, after a move away and back, is new.
+        where = (
+            f"agent = {quote(agent)} AND phone = {quote(phone)} AND kind = 'fact'"
+            " AND status != 'superseded'"
+        )
+        first_trusted = len(extracted) - trusted  # the last `trusted` facts: new, as decided
         nearest = [
             space.index.search(stored[i], where=where, k=DUPLICATE_CANDIDATES)
+            if i < first_trusted
+            else []
             for i in range(len(extracted))
         ]
         candidates = sorted({h.row.content or h.row.text for hits in nearest for h in hits})
@@ -253,7 +327,9 @@ class Compaction:
         fact: ExtractedFact,
         turns: list[Message],
         review: bool,
+        supersedes: str | None = None,
     ) -> Memory:
+        """A new fact from these turns: true since the newest of them."""
         now = self._clock()
         stamp = format_time(now)
         return Memory(
@@ -274,6 +350,8 @@ class Compaction:
             created_at=stamp,
             updated_at=stamp,
             expires_at=format_time(now + timedelta(days=REVIEW_DAYS)) if review else None,
+            valid_from=turns[-1].created_at if turns else stamp,
+            supersedes=supersedes,
         )
 
     def expire_pending(self) -> int:

@@ -50,6 +50,10 @@ class FakeLLM:
 
     def __init__(self) -> None:
         self.mode = "good"
+        # Scripted answers: the facts call's text (None: by mode), and the fact-update call's,
+        # a text or a function of the call's input (the new facts and the stored ones shown).
+        self.facts: str | None = None
+        self.updates: str | Callable[[str], str] = "[]"
         self.summary = "Maya started a new job with night shifts and loves tea."
         self.delay_s = 0.0
         self.requests: list[dict[str, Any]] = []
@@ -82,6 +86,11 @@ class FakeLLM:
         instructions = body.get("instructions") or body.get("messages", [{}])[0].get("content", "")
         if "summary" in instructions.lower():
             return 200, self.summary
+        if "stored facts about a person true" in instructions:
+            text = body.get("input") or body.get("messages", [{}, {}])[-1].get("content", "")
+            return 200, self.updates(str(text)) if callable(self.updates) else self.updates
+        if self.facts is not None:
+            return 200, self.facts
         return 200, ANSWERS.get(self.mode, ANSWERS["good"])
 
     def _handler(self) -> Callable[..., BaseHTTPRequestHandler]:
