@@ -139,7 +139,8 @@ def fact_row(memory: Memory) -> IndexRow:
         ref_id=memory.id,
         agent=memory.agent,
         phone=memory.phone or "",
-        status=memory.status,
+        # A replaced memory leaves the searches of current ones (status = 'approved').
+        status="superseded" if memory.invalid_at is not None else memory.status,
         type=memory.type,
         created_at=memory.created_at,
         text=memory.content,

@@ -305,7 +305,7 @@ class StaffSearch:
                         f.content,
                         score,
                         f.created_at,
-                        f.status,
+                        "superseded" if f.invalid_at is not None else f.status,
                         [],
                     )
                 )

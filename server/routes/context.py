@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from server import validation
 from server.config import CALIBRATED, ExcerptMode, Settings
 from server.conversation import ContextRequest
 from server.deps import AgentDep, PhoneDep, PrincipalDep, ServicesDep
@@ -95,6 +96,14 @@ def build_context(
             f" {_default('excerpt_mode', 'excerpt_mode')}"
         ),
     ] = None,
+    as_of: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            description="An ISO 8601 time: the facts true then (superseded later or not), for"
+            " audits and disputes; history and excerpts are as today.",
+        ),
+    ] = None,
 ) -> ContextOut:
     """Facts, summary, days since the previous message, and the recent turns within budget."""
     principal.require_read(agent)
@@ -111,13 +120,17 @@ def build_context(
             excerpt_budget_chars=excerpt_budget_chars,
             excerpt_threshold=excerpt_threshold,
             excerpt_mode=excerpt_mode,
+            as_of=validation.timestamp(as_of, what="as_of") if as_of else None,
         ),
     )
     return ContextOut(
         notes=context.notes,
         history=[Turn(role=m.role, content=m.content) for m in context.history],
         facts=[
-            FactOut(id=f.id, content=f.content, type=f.type, score=f.score) for f in context.facts
+            FactOut(
+                id=f.id, content=f.content, type=f.type, score=f.score, valid_from=f.valid_from
+            )
+            for f in context.facts
         ],
         excerpts=[
             ExcerptOut(

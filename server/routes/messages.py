@@ -214,4 +214,9 @@ def memory_fields(memory: Memory) -> dict[str, Any]:
         "created_at": memory.created_at,
         "updated_at": memory.updated_at,
         "expires_at": memory.expires_at,
+        "valid_from": memory.since,
+        "invalid_at": memory.invalid_at,
+        "superseded_by": memory.superseded_by,
+        "supersedes": memory.supersedes,
+        "source_message_ids": list(memory.source_turns),
     }
