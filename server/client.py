@@ -205,8 +205,10 @@ def _context(
     excerpt_threshold: float | None = None,
     excerpt_mode: str | None = None,
     excerpt_budget_chars: int | None = None,
+    as_of: str | None = None,
 ) -> _Call[ContextOut]:
-    """The context for the next model call: `notes` for its instructions, `history` as input."""
+    """The context for the next model call: `notes` for its instructions, `history` as input.
+    With `as_of` (an ISO time), the facts true then instead of now."""
     params = _given(
         query=query,
         budget_chars=budget_chars,
@@ -217,6 +219,7 @@ def _context(
         excerpt_threshold=excerpt_threshold,
         excerpt_mode=excerpt_mode,
         excerpt_budget_chars=excerpt_budget_chars,
+        as_of=as_of,
     )
     return _Call(
         "GET", _person(agent, phone) + "/context", _json(ContextOut), params, idempotent=True
@@ -268,8 +271,9 @@ def _get_opt_out(agent: str, phone: str) -> _Call[OptOutOut]:
 def _add_memory(
     agent: str, content: str, phone: str | None = None, type: str = "fact", **fields: Any
 ) -> _Call[MemoryCreated]:
-    """Add a memory (fields: confidence, metadata, session_id, task_id, graph_id); it is
-    searchable when the call returns. An identical current memory is not stored twice: its
+    """Add a memory (fields: confidence, metadata, session_id, task_id, graph_id, and
+    supersedes: the id of the current memory it replaces); it is searchable when the call
+    returns. An identical current memory is not stored twice: its
     answer is that one, with `stored` false; so a retry adds nothing and the call is retried."""
     values = {"content": content, "type": type, **_given(phone=phone), **fields}
     body = _body(MemoryCreate, values)
@@ -287,7 +291,8 @@ def _get_memory(
 
 def _list_memories(agent: str, **filters: Any) -> _Call[MemoryList]:
     """Memories of the agent; filters: phone, status, type, session_id, task_id, graph_id,
-    start_date, end_date, limit, offset, order_by, order, as_of."""
+    start_date, end_date, limit, offset, order_by, order, include_superseded, and as_of (an
+    earlier page's mark, or an ISO time: the memories true then)."""
     return _Call("GET", _memories(agent), _json(MemoryList), _given(**filters), idempotent=True)
 
 
@@ -325,7 +330,8 @@ def _search_memories(
     **filters: Any,
 ) -> _Call[MemorySearchOut]:
     """Memories by meaning, words or both, best first; filters: mode, start_date, end_date,
-    status, type, session_id, task_id, graph_id, metadata."""
+    status, type, session_id, task_id, graph_id, metadata, as_of (an ISO time: the memories
+    true then), include_superseded."""
     values = {"query": query, **_given(phone=phone, limit=limit, threshold=threshold), **filters}
     body = _body(MemorySearch, values)
     return _Call(

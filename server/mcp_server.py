@@ -132,9 +132,17 @@ def build_mcp(clients: ClientSource) -> MCPServer:
             Literal["fact", "preference", "context"],
             Field(description="fact (default), preference, or context."),
         ] = "fact",
+        supersedes: Annotated[
+            str | None,
+            Field(
+                description="The id of the person's current memory this one replaces, when"
+                " something changed (moved, new job, new plan): the old one stops being true."
+            ),
+        ] = None,
     ) -> MemoryCreated:
+        extra = {"supersedes": supersedes} if supersedes else {}
         return await _call(
-            clients(ctx), lambda c: c.add_memory(agent, content, phone=phone, type=type)
+            clients(ctx), lambda c: c.add_memory(agent, content, phone=phone, type=type, **extra)
         )
 
     return server

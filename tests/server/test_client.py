@@ -713,3 +713,27 @@ def test_the_readme_examples_run(live: Server, admin_client: MemoryClient, tmp_p
         ("user", "I got the job! I start Monday."),
         ("assistant", "Congratulations, Maya!"),
     ]
+
+
+def test_a_memory_superseded_through_the_client(live: Server, client: MemoryClient) -> None:
+    phone = "+15550100009"
+    madrid = client.add_memory(AGENT, "Lives in Madrid", phone)
+    lisbon = client.add_memory(AGENT, "Moved to Lisbon", phone, supersedes=madrid.id)
+    assert lisbon.supersedes == madrid.id and lisbon.stored
+    retried = client.add_memory(AGENT, "Moved to Lisbon", phone, supersedes=madrid.id)
+    assert (retried.id, retried.stored) == (lisbon.id, False), "a retry adds nothing"
+    old = client.get_memory(AGENT, madrid.id)
+    assert (old.superseded_by, old.invalid_at) == (lisbon.id, lisbon.valid_from)
+    current = client.list_memories(AGENT, phone=phone)
+    assert [m.content for m in current.items] == ["Moved to Lisbon"]
+    chain = client.list_memories(AGENT, phone=phone, include_superseded=True)
+    assert {m.content for m in chain.items} == {"Lives in Madrid", "Moved to Lisbon"}
+    before = client.search_memories(AGENT, "Madrid", phone, mode="keyword", as_of=madrid.valid_from)
+    assert [m.id for m in before.items] == [madrid.id]
+    facts = client.context(AGENT, phone, "where does she live", threshold=-1).facts
+    assert [f.content for f in facts] == ["Moved to Lisbon"]
+    then = client.context(AGENT, phone, "where", threshold=-1, as_of=madrid.valid_from).facts
+    assert [f.id for f in then] == [madrid.id]
+    with pytest.raises(MemoryServerError) as twice:
+        client.add_memory(AGENT, "Moved to Paris", phone, supersedes=madrid.id)
+    assert (twice.value.status, twice.value.code) == (409, "already_superseded")

@@ -186,6 +186,19 @@ async def _exercise(client: Client, server: Server, phone: str) -> None:
     )
     assert [turn["content"] for turn in context["history"]] == [said, "¡Qué bonito!"]
     assert fact in context["notes"]
+    # Canelo went to live with her sister: the agent replaces the fact, it does not add one.
+    change = "Su perro Canelo ahora vive con su hermana"
+    replaced = _structured(
+        await client.call_tool(
+            "add_memory",
+            {"agent": AGENT, "content": change, "phone": phone, "supersedes": added["id"]},
+        )
+    )
+    assert replaced["supersedes"] == added["id"] and replaced["stored"] is True
+    now = _structured(
+        await client.call_tool("get_context", {"agent": AGENT, "phone": phone, "query": change})
+    )
+    assert change in now["notes"] and fact not in now["notes"]
 
     with _admin(server) as admin:
         exported = admin.get(f"/v1/agents/{AGENT}/people/{phone}/export").json()
@@ -193,7 +206,9 @@ async def _exercise(client: Client, server: Server, phone: str) -> None:
         ("user", said),
         ("assistant", "¡Qué bonito!"),
     ]
-    assert [m["content"] for m in exported["memories"]] == [fact]
+    chain = {m["content"]: m for m in exported["memories"]}
+    assert set(chain) == {fact, change}
+    assert chain[fact]["superseded_by"] == replaced["id"]
 
 
 async def _refusals(client: Client, phone: str) -> None:

@@ -507,3 +507,57 @@ def test_the_page_has_an_icon(bare_server: str) -> None:
         answer = page.goto(f"{bare_server}/favicon.ico")
         assert answer is not None and answer.status == 200
         assert answer.headers["content-type"] == "image/svg+xml"
+
+
+def test_a_fact_shows_since_when_what_it_replaced_and_its_source_turns(tmp_path: Path) -> None:
+    """A support person opens where a fact came from: since when it holds, the fact it
+    replaced, and its source turns, marked in the conversation."""
+    app = create_app(make_settings(tmp_path), encoder_factory=fake_factory, run_workers=False)
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    with serving(app) as base:
+        said = []
+        for content in (
+            "vivo en Madrid, cerca del Retiro",
+            "¡Qué bien!",
+            "el mes pasado me mudé a Lisboa",
+            "¿Cambiamos la dirección de envío?",
+            "sí, a Lisboa por favor",
+            "Hecho.",
+        ):
+            role = "assistant" if len(said) % 2 else "user"
+            answer = httpx.post(
+                f"{base}/v1/agents/shop/people/{MAYA}/messages",
+                json={"role": role, "content": content},
+                headers=admin,
+            )
+            assert answer.status_code == 201, answer.text
+            said.append(answer.json()["id"])
+        memory = app.state.services.memory
+        madrid = memory.add_memory(
+            "shop", MAYA, "Maya lives in Madrid", source="extracted", source_turns=said[:1]
+        )
+        memory.store_memory(
+            "shop",
+            MAYA,
+            "Maya moved to Lisbon",
+            source="extracted",
+            source_turns=said[2:5],
+            supersedes=madrid.id,
+        )
+        app.state.services.indexer.drain()
+        staff_key = new_key(base, scope="staff")
+        with staff_page(base) as page:
+            page.fill("#key", staff_key)
+            page.fill("#query", "Maya Lisbon")
+            page.select_option("#mode", "keyword")
+            search(page)
+            fact = page.locator(".hit:has(.provenance-open)").filter(has_text="moved to Lisbon")
+            fact.locator(".provenance-open").click()
+            page.wait_for_selector(".provenance")
+            shown = page.inner_text(".provenance")
+            assert "true since" in shown and "(current)" in shown, shown
+            assert "replaced: Maya lives in Madrid" in shown, shown
+            page.click(".source-turns")
+            page.wait_for_selector("#timeline .turn.matched")
+            marked = page.locator("#timeline .turn.matched").all_inner_texts()
+            assert len(marked) == 3 and "me mudé a Lisboa" in marked[0], marked
