@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from embeddings.calibration import Calibration, calibration_for
 from server.config import Settings
+from server.redaction import kinds_of
 from server.store import Store
 
 OptOutPolicy = Literal["keep", "forget"]
@@ -28,6 +29,7 @@ class AgentConfig:
     compact_keep: int
     opt_out_policy: OptOutPolicy  # what an opt-out (STOP) does
     retention_days: int | None  # None: keep forever
+    redact: tuple[str, ...]  # the kinds of secret redacted before storage; () for none
 
 
 AGENT_SETTING_NAMES = tuple(AgentConfig.__dataclass_fields__)
@@ -66,9 +68,11 @@ class AgentSettings:
             "compact_keep": s.compact_keep,
             "opt_out_policy": "keep",
             "retention_days": None,  # an explicit null stored clears it back to forever
+            "redact": None,  # the default kinds; "off" or a list as stored
         }
         stored = self._store.agent_settings(agent)
         values.update({k: v for k, v in stored.items() if k in values and v is not None})
+        values["redact"] = tuple(sorted(kinds_of(values["redact"])))
         return AgentConfig(**values)
 
     def update(self, agent: str, changes: dict[str, Any]) -> AgentConfig:

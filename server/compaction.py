@@ -3,6 +3,7 @@ model, then archive them. Runs in the background, one person at a time, retried 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -23,6 +24,7 @@ from server.hooks import Hooks
 from server.indexer import Indexer
 from server.llm import Decision, ExtractedFact, ModelError, Stored, Summariser
 from server.locks import KeyedLocks
+from server.redaction import redact
 from server.store import Memory, Message, Store
 
 log = logging.getLogger(__name__)
@@ -90,10 +92,13 @@ class Compaction:
 
     # -- when ---------------------------------------------------------------------------------
 
-    def after_turn(self, agent: str, phone: str, role: str) -> None:
-        """Called after a turn is stored. Without a model, archiving is a quick SQL update and
-        happens at once; with one, compaction is queued after an assistant turn."""
-        config = self._agents.resolve(agent)
+    def after_turn(
+        self, agent: str, phone: str, role: str, config: AgentConfig | None = None
+    ) -> None:
+        """Called after a turn is stored (with the agent's settings, when the caller has them).
+        Without a model, archiving is a quick SQL update and happens at once; with one,
+        compaction is queued after an assistant turn."""
+        config = config or self._agents.resolve(agent)
         if self._store.waiting_turns(agent, phone) <= config.compact_trigger:
             return
         if self._model is None:
@@ -154,7 +159,7 @@ class Compaction:
         old = list(reversed(waiting[config.compact_keep :]))  # oldest first
         if self._model is None:
             return self._archive_only(agent, phone, old, through)
-        return self._fold(agent, phone, old, summary.text if summary else None, config.review)
+        return self._fold(agent, phone, old, summary.text if summary else None, config)
 
     def _archive_only(
         self, agent: str, phone: str, old: list[Message], through: int | None
@@ -167,15 +172,21 @@ class Compaction:
         return Compacted(len(archived), 0, through)
 
     def _fold(
-        self, agent: str, phone: str, old: list[Message], previous: str | None, review: bool
+        self, agent: str, phone: str, old: list[Message], previous: str | None, config: AgentConfig
     ) -> Compacted:
         assert self._model is not None
+        review = config.review
         transcript = "\n".join(
             f"{'Person' if m.role == 'user' else 'Assistant'}: {m.content}" for m in old
         )
         # The model first: if it fails, nothing has been written.
-        summary = self._model.summarise(previous, transcript)
-        extracted = self._model.extract_facts(transcript)
+        # The turns were redacted when stored; what the model writes is redacted too (it may
+        # have been told a secret in a turn stored before redaction was turned on).
+        summary = redact(self._model.summarise(previous, transcript), config.redact)
+        extracted = [
+            dataclasses.replace(f, content=redact(f.content, config.redact))
+            for f in self._model.extract_facts(transcript)
+        ]
         decided = self._decide(agent, phone, extracted)
         undecided = [f for f, d in decided if d is None]
         added = [f for f, d in decided if d is not None and d.action == "add"]

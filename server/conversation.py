@@ -22,6 +22,7 @@ from server.excerpts import PersonTurns, TurnsCache, windows
 from server.hooks import Hooks
 from server.indexer import Indexer
 from server.locks import KeyedLocks
+from server.redaction import redact
 from server.store import Memory, Message, PersonErasure, StillActive, Store, Summary
 from server.validation import one_line
 from server.words import terms, without_names
@@ -164,20 +165,22 @@ class MemoryService:
         number: str | None = None,
         created_at: str | None = None,
     ) -> tuple[int, bool]:
-        """Store one turn; (id, False) when the event_id was seen before. A new user turn
-        lifts the person's opt-out recorded before it (server/store/messages.py)."""
+        """Store one turn, its secrets redacted first (the agent's `redact` kinds); (id,
+        False) when the event_id was seen before. A new user turn lifts the person's opt-out
+        recorded before it (server/store/messages.py)."""
+        config = self.agent_config(agent)
         with self._people.hold((agent, phone)):
             message_id, stored = self._store.insert_message(
                 agent=agent,
                 phone=phone,
                 role=role,
-                content=content,
+                content=redact(content, config.redact),
                 event_id=event_id,
                 number=number,
                 created_at=created_at,
             )
         if stored:
-            self._compaction.after_turn(agent, phone, role)
+            self._compaction.after_turn(agent, phone, role, config)
         self._indexer.wake()
         return message_id, stored
 
@@ -593,13 +596,14 @@ class MemoryService:
         (same person, type and content, pending or approved) was there already; that one is
         returned as it is, and nothing was written. With `supersedes`, the memory replaces
         that one (of this agent and person, current; else InvalidSupersedes or
-        AlreadySuperseded) in the same transaction, or when approved if it starts pending."""
+        AlreadySuperseded) in the same transaction, or when approved if it starts pending.
+        Its content's secrets are redacted first, as a turn's."""
         now = self.now()
         memory = Memory(
             id="mem_" + secrets.token_hex(8),
             agent=agent,
             phone=phone,
-            content=content,
+            content=redact(content, self.agent_config(agent).redact),
             type=type,
             status=status,
             confidence=confidence,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -204,8 +204,8 @@ class MemoryOut(BaseModel):
         " when it was stored."
     )
     invalid_at: str | None = Field(
-        None, description="When it stopped being true (another memory replaced it); null while"
-        " current."
+        None,
+        description="When it stopped being true (another memory replaced it); null while current.",
     )
     superseded_by: str | None = Field(None, description="The memory that replaced it.")
     supersedes: str | None = Field(
@@ -402,6 +402,12 @@ class Health(BaseModel):
 # -- agent settings and compaction ----------------------------------------------------------
 
 
+# The kinds of secret server/redaction.py knows (tests/server/test_redaction.py checks that the
+# two lists agree; the client imports this module and needs none of the redaction code).
+RedactKind = Literal["password", "card", "cvv", "iban", "national_id", "code", "email", "address"]
+REDACT_KINDS: tuple[str, ...] = get_args(RedactKind)
+
+
 class AgentSettingsIn(Strict):
     model_config = ConfigDict(
         extra="forbid",
@@ -438,6 +444,14 @@ class AgentSettingsIn(Strict):
         description="Forget people whose newest turn is older than this many days; null: keep"
         " forever (an explicit null clears a previous value).",
     )
+    redact: Literal["off", "default"] | list[RedactKind | Literal["default"]] | None = Field(
+        None,
+        max_length=len(REDACT_KINDS) + 1,
+        description='Secrets redacted before storage: "default" (cards, CVVs, one-time codes,'
+        ' IBANs, national ids, passwords), "off", or a list of kinds ("default" in it'
+        ' stands for the default set; "email" and "address" are optional). Changing it'
+        " never un-redacts what is stored.",
+    )
 
 
 def _settings_example(schema: dict[str, Any]) -> None:
@@ -446,6 +460,7 @@ def _settings_example(schema: dict[str, Any]) -> None:
     when the schema is built: the client imports this module, and needs neither.)"""
     from embeddings.calibration import calibration_for
     from server.config import DEFAULT_MODEL, Settings
+    from server.redaction import DEFAULT_KINDS as DEFAULT_REDACT_KINDS
 
     server = {name: field.default for name, field in Settings.model_fields.items()}
     example = {
@@ -461,6 +476,7 @@ def _settings_example(schema: dict[str, Any]) -> None:
         "compact_keep": server["compact_keep"],
         "opt_out_policy": "keep",
         "retention_days": 365,
+        "redact": sorted(DEFAULT_REDACT_KINDS),
     }
     schema["examples"] = [example]
 
@@ -481,6 +497,10 @@ class AgentSettingsOut(BaseModel):
     opt_out_policy: Literal["keep", "forget"] = "keep"
     retention_days: int | None = Field(
         None, description="Days a quiet person's data is kept; null: forever."
+    )
+    redact: list[str] = Field(
+        default_factory=list,
+        description="The kinds of secret redacted before storage; empty when off.",
     )
 
 

@@ -14,6 +14,7 @@ from server import words
 from server.auth import Principal
 from server.hooks import Hooks
 from server.indexer import Indexer
+from server.redaction import redact
 from server.relevance import relevance, word_match
 from server.store import Store
 from server.store.records import Message
@@ -126,6 +127,9 @@ class StaffSearch:
         self._person_ranking = person_ranking
 
     def search(self, principal: Principal, q: StaffQuery) -> StaffPage:
+        # A secret in the query is redacted as stored text is: the audit log never keeps it,
+        # and a card number finds the turns that hold its placeholder ("[tarjeta ••••5559]").
+        q = replace(q, query=redact(q.query))
         agents = self._allowed_agents(principal, q.agents)
         space = self._indexer.space  # one model for the search and its reading, mid-upgrade too
         depth = q.offset + q.limit + 1  # one more: is there a next page?

@@ -1,0 +1,396 @@
+"""Secrets taken out of text before it is stored: cards, CVVs, one-time codes, IBANs, national
+ids, passwords (and, when an agent asks, emails and street addresses).
+
+Each kind is found by a pattern and, where the kind has one, confirmed by its checksum with
+python-stdnum (Luhn for cards, mod 97 for IBANs, each id's own check). What is found is
+replaced by a readable placeholder that says what was there and, where that is safe, its last
+digits: "[tarjeta ••••1111]", "[código]", "[IBAN ES91••••1332]". A text with no digit, no '@'
+and no password word is returned at once (most turns). Redacting twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from stdnum import ean, iban, luhn
+from stdnum.ar import cuit
+from stdnum.br import cpf
+from stdnum.es import dni, nie
+from stdnum.exceptions import ValidationError
+from stdnum.mx import curp, rfc
+
+# The kinds, in the order they are looked for (a later one never sees an earlier one's text).
+KINDS: tuple[str, ...] = (
+    "password",
+    "card",
+    "cvv",
+    "iban",
+    "national_id",
+    "code",
+    "email",
+    "address",
+)
+DEFAULT_KINDS: frozenset[str] = frozenset(
+    ("password", "card", "cvv", "iban", "national_id", "code")
+)
+OPTIONAL_KINDS: frozenset[str] = frozenset(KINDS) - DEFAULT_KINDS
+
+DOTS = "••••"
+
+# -- patterns ---------------------------------------------------------------------------------
+
+_I = re.IGNORECASE
+# A run of 13-19 digits, single spaces or dashes allowed between them; not part of a longer
+# number, a phone number (+...) or a word.
+_CARD = re.compile(r"(?<![\w+•])\d(?:[ \-]?\d){12,18}(?![\w•])")
+# Issuer prefixes a payment card starts with: 2 (Mastercard 2-series), 3 (Amex, Diners, JCB),
+# 4 (Visa), 5 (Mastercard), 6 (Discover, Maestro, UnionPay).
+_CARD_FIRST = frozenset("23456")
+_CVV = re.compile(
+    r"\b(?:cvv2?|cvc2?|cid|c[oó]digo\s+de\s+seguridad|security\s+code)\b"
+    r"[^\d\n]{0,20}?(?<!\d)(\d{3,4})(?!\d)",
+    _I,
+)
+# A card's placeholder followed by an expiry (optional) and 3-4 digits: the CVV written after it.
+_CVV_AFTER_CARD = re.compile(
+    r"(\[tarjeta ••••\d{4}\])([\s,;:/-]*(?:(?:exp\w*|cad\w*|venc\w*|valid\w*)[\s.:]*)?"
+    r"(?:\d{1,2}\s*/\s*\d{2,4}[\s,;:-]*)?(?:(?:cvv|cvc|y|and)[\s.:]*)?)"
+    r"(?<!\d)(\d{3,4})(?![\d/])"
+)
+_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?:[ ]?[A-Z0-9]){10,30}\b", _I)
+# National ids (each confirmed by python-stdnum): DNI 12345678Z, NIE X1234567L, CURP, RFC,
+# CUIT 20-12345678-6 and CPF 123.456.789-09 (both also bare 11 digits, but then only when
+# named: "cuit", "cuil", "cpf").
+_DNI = re.compile(r"(?<![\w+])\d{8}[ \-]?[A-Z](?!\w)", _I)
+_NIE = re.compile(r"(?<!\w)[XYZ][ \-]?\d{7}[ \-]?[A-Z](?!\w)", _I)
+_CURP = re.compile(r"(?<!\w)[A-Z]{4}\d{6}[HMX][A-Z]{5}[A-Z0-9]\d(?!\w)", _I)
+_RFC = re.compile(r"(?<!\w)[A-ZÑ&]{4}\d{6}[A-Z0-9]{3}(?!\w)", _I)
+_CUIT = re.compile(r"(?<![\w+])\d{2}-\d{8}-\d(?!\w)")
+_CPF = re.compile(r"(?<![\w+])\d{3}\.\d{3}\.\d{3}-\d{2}(?!\w)")
+_NAMED_11 = re.compile(r"\b(cuit|cuil|cpf)\b[^\d\n]{0,15}?(?<![\d+])(\d{11})(?!\d)", _I)
+# One-time codes: 4-8 digits (or 3-3, 4-4 with a space or dash, as WhatsApp and banks write
+# them) after a word that names a secret code, with no more than a few words between; or
+# right before "es tu código", "is your code".
+_CODE_DIGITS = (
+    r"(?<![\d+/:€$£])(?<!\d[.,])(\d{4,8}|\d{3}[ \-]\d{3}|\d{4}[ \-]\d{4})"
+    r"(?![\d/:€$£%]|[.,]\d)"
+)
+_SECRET_WORD = (
+    r"c[oó]digos?|codes?|otp|pin|passcode|token|clave|contrase[nñ]a|password|"
+    r"verificaci[oó]n|verification|verify|2fa|autenticaci[oó]n|authentication"
+)
+_CODE_BEFORE = re.compile(
+    rf"\b(?P<word>{_SECRET_WORD})\b(?P<gap>[^\d\n]{{0,40}}?)" + _CODE_DIGITS, _I
+)
+_CODE_AFTER = re.compile(
+    _CODE_DIGITS
+    + r"\s*(?:,|:|-)?\s*(?:es|is|ser[aá]|será|was|era)\s+(?:tu|your|su|el|the|mi|my)\s+"
+    r"(?:nuevo\s+|new\s+)?(?:c[oó]digo|code|otp|pin|clave|passcode)\b",
+    _I,
+)
+# Words that make a "code" an ordinary one (an order, a postcode, a discount): a number named
+# by them is left alone.
+_ORDINARY_CODE = re.compile(
+    r"\b(?:pedido|order|orden|postal|zip|post|seguimiento|tracking|env[ií]o|shipping|"
+    r"descuento|discount|promo(?:cional|tion)?|cup[oó]n|coupon|voucher|producto|product|"
+    r"art[ií]culo|item|sku|barras|barcode|reserva|booking|reservation|referencia|reference|"
+    r"ref|factura|invoice|ticket|cliente|customer|socio|member|[aá]rea|pa[ií]s|country|"
+    r"regalo|gift|modelo|model|serie|serial|habitaci[oó]n|room|vuelo|flight|asiento|seat|"
+    r"localizador|incidencia|caso|case|expediente|n[uú]mero de|number of|precio|price)\b",
+    _I,
+)
+_PASSWORD = re.compile(
+    r"\b(?:contrase[nñ]a|clave(?:\s+de\s+acceso)?|password|passwd|pwd)\b"
+    r"(?:\s+(?:nueva|new|actual|current|temporal|temporary|provisional|del?\s+\w+|for\s+\w+)){0,2}"
+    r"(?:\s*[:=]\s*|\s+(?:es|is|era|was|ser[aá]|sigue\s+siendo)\s*:?\s+)"
+    r"[\"'«“]?(?P<secret>[^\s\"'»”]{3,64})",
+    _I,
+)
+_EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]{1,64}@([A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})+)")
+_ADDRESS = re.compile(
+    r"\b(?:calle|c/|avenida|avda\.?|av\.|paseo|plaza|pza\.?|carrera|cra\.?|camino|ronda|"
+    r"traves[ií]a|rua|street|avenue|road|boulevard|blvd\.?|lane|drive)"
+    r"\s+(?:de\s+(?:la\s+|los\s+|las\s+)?)?[A-ZÁÉÍÓÚÑ][\w'.ÁÉÍÓÚÑáéíóúñ]*"
+    r"(?:\s+[\w'.ÁÉÍÓÚÑáéíóúñ]+){0,4}?,?\s*(?:n[º°o]\.?\s*|#\s*)?\d{1,5}[A-Z]?"
+    r"(?:\s*,?\s*\d{1,2}\s*[º°ª]\s*[A-Z]?)?"
+    r"|\b\d{1,5}\s+(?:[A-Z][\w'.]*\s+){1,3}(?:street|st\.|avenue|ave\.|road|rd\.|boulevard|"
+    r"blvd\.?|lane|ln\.|drive|dr\.)",
+    _I,
+)
+# Fast path: a text with none of these holds nothing any kind looks for.
+_PASSWORD_WORD = re.compile(r"contrase|clave|passw|pwd", _I)
+_ADDRESS_WORD = re.compile(
+    r"calle|c/|avenida|avda|av\.|paseo|plaza|pza|carrera|cra|camino|"
+    r"ronda|traves|rua|street|avenue|road|boulevard|blvd|lane|drive",
+    _I,
+)
+
+
+# -- checks -------------------------------------------------------------------------------------
+
+
+def _digits(text: str) -> str:
+    return "".join(ch for ch in text if ch.isdigit())
+
+
+def _valid(module: object, number: str, **kwargs: bool) -> bool:
+    try:
+        module.validate(number, **kwargs)  # type: ignore[attr-defined]
+    except (ValidationError, ValueError, ArithmeticError):
+        return False
+    return True
+
+
+def _card(match: re.Match[str]) -> str | None:
+    raw = match.group(0)
+    number = _digits(raw)
+    if not 13 <= len(number) <= 19 or number[0] not in _CARD_FIRST:
+        return None
+    if not luhn.is_valid(number):
+        return None
+    # A bare 13-digit barcode (EAN-13) that happens to pass Luhn is a product, not a card.
+    if len(number) == 13 and raw.isdigit() and ean.is_valid(number):
+        return None
+    return f"[tarjeta {DOTS}{number[-4:]}]"
+
+
+# -- the redactor -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Redactor:
+    """Redacts the kinds it was built with; an empty set leaves every text as it is."""
+
+    kinds: frozenset[str]
+
+    def __call__(self, text: str) -> str:
+        return redact(text, self.kinds)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.kinds)
+
+
+def redact(text: str, kinds: Iterable[str] = DEFAULT_KINDS) -> str:
+    """The text with every secret of these kinds replaced by its placeholder."""
+    wanted = frozenset(kinds)
+    if not wanted or not text:
+        return text
+    has_digit = any(ch.isdigit() for ch in text)
+    if (
+        not has_digit
+        and ("email" not in wanted or "@" not in text)
+        and ("password" not in wanted or not _PASSWORD_WORD.search(text))
+    ):
+        return text
+    for kind in KINDS:
+        if kind in wanted:
+            text = _STEPS[kind](text)
+    return text
+
+
+def _password(text: str) -> str:
+    if not _PASSWORD_WORD.search(text):
+        return text
+
+    def replace(match: re.Match[str]) -> str:
+        secret = match.group("secret").rstrip(".,;")
+        if secret.startswith("[") or secret.lower() in _NOT_A_PASSWORD:
+            return match.group(0)
+        start = match.start("secret") - match.start()
+        return match.group(0)[:start] + "[contraseña]" + match.group(0)[start + len(secret) :]
+
+    return _PASSWORD.sub(replace, text)
+
+
+# Words after "mi contraseña es" that are not the password itself.
+_NOT_A_PASSWORD = frozenset(
+    [
+        "incorrecta",
+        "correcta",
+        "nueva",
+        "vieja",
+        "antigua",
+        "segura",
+        "larga",
+        "corta",
+        "la",
+        "el",
+        "una",
+        "un",
+        "mía",
+        "mia",
+        "tuya",
+        "wrong",
+        "correct",
+        "new",
+        "old",
+        "the",
+        "a",
+        "my",
+        "mine",
+        "your",
+        "too",
+        "muy",
+        "very",
+        "demasiado",
+        "igual",
+        "same",
+        "válida",
+        "valida",
+        "invalid",
+        "inválida",
+        "invalida",
+    ]
+)
+
+
+def _cards(text: str) -> str:
+    return _sub(_CARD, text, _card)
+
+
+def _cvvs(text: str) -> str:
+    text = _CVV.sub(lambda m: _replace_group(m, 1, "[CVV]"), text)
+    if "[tarjeta" in text:
+        text = _CVV_AFTER_CARD.sub(lambda m: m.group(1) + m.group(2) + "[CVV]", text)
+    return text
+
+
+def _ibans(text: str) -> str:
+    out: list[str] = []
+    last = 0
+    for match in _IBAN.finditer(text):
+        if match.start() < last:
+            continue
+        span = _iban_end(text, match.start(), match.end())
+        if span is None:
+            continue
+        number = iban.compact(text[match.start() : span])
+        out.append(text[last : match.start()])
+        out.append(f"[IBAN {number[:4].upper()}{DOTS}{number[-4:]}]")
+        last = span
+    if not out:
+        return text
+    out.append(text[last:])
+    return "".join(out)
+
+
+def _iban_end(text: str, start: int, end: int) -> int | None:
+    """Where the IBAN that starts at start ends: the longest stretch, cut back at spaces or one
+    character at a time, that passes the checksum."""
+    stop = end
+    while stop - start >= 15:
+        candidate = text[start:stop]
+        if not candidate[-1].isspace() and _valid(iban, candidate):
+            return stop
+        stop -= 1
+    return None
+
+
+def _national_ids(text: str) -> str:
+    text = _sub(_NIE, text, lambda m: "[NIE]" if _valid(nie, m.group(0)) else None)
+    text = _sub(_DNI, text, lambda m: "[DNI]" if _valid(dni, m.group(0)) else None)
+    text = _sub(_CURP, text, lambda m: "[CURP]" if _valid(curp, m.group(0)) else None)
+    text = _sub(
+        _RFC,
+        text,
+        lambda m: "[RFC]" if _valid(rfc, m.group(0), validate_check_digits=True) else None,
+    )
+    text = _sub(_CUIT, text, lambda m: "[CUIT]" if _valid(cuit, m.group(0)) else None)
+    text = _sub(_CPF, text, lambda m: "[CPF]" if _valid(cpf, m.group(0)) else None)
+
+    def named(match: re.Match[str]) -> str | None:
+        word, number = match.group(1).lower(), match.group(2)
+        if word == "cpf":
+            ok, label = _valid(cpf, number), "[CPF]"
+        else:
+            ok, label = _valid(cuit, number), "[CUIT]"
+        return _replace_group(match, 2, label) if ok else None
+
+    return _sub(_NAMED_11, text, named)
+
+
+def _codes(text: str) -> str:
+    if not any(ch.isdigit() for ch in text):
+        return text
+
+    def before(match: re.Match[str]) -> str | None:
+        if _ORDINARY_CODE.search(match.group("gap")) or _ordinary_after(text, match.end()):
+            return None
+        if _ORDINARY_CODE.search(text[max(0, match.start() - 25) : match.start()]):
+            return None
+        return _replace_group(match, 3, "[código]")
+
+    text = _sub(_CODE_BEFORE, text, before)
+    return _CODE_AFTER.sub(lambda m: _replace_group(m, 1, "[código]"), text)
+
+
+def _ordinary_after(text: str, end: int) -> bool:
+    """'código 28013 postal' is rare; 'código de 28013' is not a secret either: only what comes
+    right after the number counts, a unit or a currency."""
+    rest = text[end : end + 6].lstrip().lower()
+    return rest.startswith(("€", "eur", "usd", "$", "pesos", "euros", "km", "kg"))
+
+
+def _emails(text: str) -> str:
+    if "@" not in text:
+        return text
+    return _EMAIL.sub(lambda m: f"[email {DOTS}@{m.group(1)}]", text)
+
+
+def _addresses(text: str) -> str:
+    if not _ADDRESS_WORD.search(text) or not any(ch.isdigit() for ch in text):
+        return text
+    return _ADDRESS.sub("[dirección]", text)
+
+
+def _sub(
+    pattern: re.Pattern[str], text: str, replace: Callable[[re.Match[str]], str | None]
+) -> str:
+    """pattern.sub where replace may decline a match (None keeps it as it is)."""
+
+    def each(match: re.Match[str]) -> str:
+        replaced = replace(match)
+        return match.group(0) if replaced is None else replaced
+
+    return pattern.sub(each, text)
+
+
+def _replace_group(match: re.Match[str], group: int, label: str) -> str:
+    whole = match.group(0)
+    start, end = match.start(group) - match.start(), match.end(group) - match.start()
+    return whole[:start] + label + whole[end:]
+
+
+_STEPS: dict[str, Callable[[str], str]] = {
+    "password": _password,
+    "card": _cards,
+    "cvv": _cvvs,
+    "iban": _ibans,
+    "national_id": _national_ids,
+    "code": _codes,
+    "email": _emails,
+    "address": _addresses,
+}
+
+
+def kinds_of(setting: str | Sequence[str] | None) -> frozenset[str]:
+    """The kinds an agent's `redact` setting asks for: None or "default" the default set,
+    "off" none, a list its kinds ("default" in a list stands for the default set)."""
+    if setting is None or setting == "default":
+        return DEFAULT_KINDS
+    if setting == "off":
+        return frozenset()
+    if isinstance(setting, str):
+        raise ValueError(f"unknown redact setting {setting!r}")
+    kinds: set[str] = set()
+    for item in setting:
+        if item == "default":
+            kinds |= DEFAULT_KINDS
+        elif item in KINDS:
+            kinds.add(item)
+        else:
+            raise ValueError(f"unknown kind {item!r}")
+    return frozenset(kinds)

@@ -1,0 +1,238 @@
+"""Secrets are redacted before they are stored: each kind through the API, then every file of
+the data folder, the vector store, the model's prompts, exports and searches are read back."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+
+import pytest
+from stdnum.es import dni, nie
+from stdnum.mx import curp
+
+from server.redaction import DEFAULT_KINDS, KINDS, kinds_of, redact
+from server.schemas import REDACT_KINDS
+from tests.conftest import AGENT, PHONE, Api, admin, assert_error
+from tests.fake_llm import FakeLLM
+from tests.server.test_erasure import lance_texts
+from tests.server.test_pg_erasure import pg_dump
+
+CURP = "GODE561231HDFRRN0" + curp.calc_check_digit("GODE561231HDFRRN0")
+DNI = "48213377" + dni.calc_check_digit("48213377")
+NIE = "Y2718281" + nie.calc_check_digit("Y2718281")
+
+# What a person writes, and the raw values none of the stored text may hold.
+TURNS = [
+    ("Te paso la tarjeta: 5500 0055 5555 5559, caduca 09/28, cvv 737", "[tarjeta ••••5559]"),
+    ("Tu código de verificación es 73920481", "[código]"),
+    ("IBAN para el reembolso: ES91 2100 0418 4502 0005 1332", "[IBAN ES91••••1332]"),
+    (f"Mi DNI es {DNI} y el de mi hermano {NIE}", "[DNI]"),
+    (f"CURP {CURP}, RFC GODE561231GR8", "[CURP]"),
+    ("mi cpf 111.444.777-35 y el CUIT 20-12345678-6", "[CPF]"),
+    ("mi contraseña es Perro123!Azul", "[contraseña]"),
+]
+RAW = [
+    "5500 0055 5555 5559",
+    "5500005555555559",
+    "cvv 737",
+    "73920481",
+    "ES91 2100 0418 4502 0005 1332",
+    "ES9121000418450200051332",
+    DNI,
+    NIE,
+    CURP,
+    "GODE561231GR8",
+    "111.444.777-35",
+    "20-12345678-6",
+    "Perro123!Azul",
+]
+
+
+# -- the rules ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Te paso la tarjeta: 4111 1111 1111 1111", "Te paso la tarjeta: [tarjeta ••••1111]"),
+        ("4111-1111-1111-1111 exp 09/28 737", "[tarjeta ••••1111] exp 09/28 [CVV]"),
+        ("CVC: 1234", "CVC: [CVV]"),
+        (
+            "Tu código de verificación de WhatsApp es 482-913",
+            "Tu código de verificación de WhatsApp es [código]",
+        ),
+        ("TU CÓDIGO ES 4829", "TU CÓDIGO ES [código]"),
+        ("482913 es tu código de acceso", "[código] es tu código de acceso"),
+        ("My OTP: 99887766", "My OTP: [código]"),
+        ("el pin es 1234", "el pin es [código]"),
+        ("iban ES9121000418450200051332.", "iban [IBAN ES91••••1332]."),
+        ("My password is hunter2.", "My password is [contraseña]."),
+        ("cpf 11144477735", "cpf [CPF]"),
+    ],
+)
+def test_each_kind_becomes_a_readable_placeholder(text: str, expected: str) -> None:
+    assert redact(text) == expected
+    assert redact(expected) == expected  # twice changes nothing
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "código postal 28013",
+        "el código de pedido es 88231",
+        "mi pedido 12345678, y el código que me enviaron no va",
+        "order code 55123, tracking 1Z999AA10123456784",
+        "Llámame al +34 600 11 12 22 o al +5215512345678",
+        "El precio es 1234 €, pedido #4578123, seguimiento LX123456789ES, 12/03/2026",
+        "EAN 4006381333931",
+        "cambié mi contraseña ayer y la clave no funciona",
+        "la tarjeta 4111 1111 1111 1112 no pasa (a typo: no Luhn)",
+        "IBAN ES91 2100 0418 4502 0005 1333 (a typo: no checksum)",
+        "DNI 12345678A (wrong letter)",
+    ],
+)
+def test_ordinary_numbers_and_near_misses_stay_as_written(text: str) -> None:
+    assert redact(text) == text
+
+
+def test_optional_kinds_only_when_asked() -> None:
+    text = "escríbeme a ana.perez@gmail.com, calle Mayor 12, 3ºB"
+    assert redact(text) == text
+    assert redact(text, kinds_of(["default", "email", "address"])) == (
+        "escríbeme a [email ••••@gmail.com], [dirección]"
+    )
+    assert redact("tarjeta 4111 1111 1111 1111", kinds_of(["iban"])).endswith("1111 1111")
+    assert redact("tarjeta 4111 1111 1111 1111", kinds_of("off")) == "tarjeta 4111 1111 1111 1111"
+
+
+def test_the_schema_knows_the_same_kinds() -> None:
+    assert set(REDACT_KINDS) == set(KINDS)
+    assert set(KINDS) > DEFAULT_KINDS
+    with pytest.raises(ValueError):
+        kinds_of(["card", "shoe_size"])
+
+
+# -- the setting ----------------------------------------------------------------------------
+
+
+def test_the_redact_setting_is_validated_and_shown(api: Api) -> None:
+    url = f"/v1/agents/{AGENT}/settings"
+    assert api.client.get(url, headers=admin()).json()["redact"] == sorted(DEFAULT_KINDS)
+    for bad in ("all", ["card", "shoe_size"], 3, [1], {"card": True}, ["card"] * 20):
+        assert_error(api.client.put(url, json={"redact": bad}, headers=admin()), 422)
+    wider = api.client.put(url, json={"redact": ["default", "email"]}, headers=admin()).json()
+    assert wider["redact"] == sorted(DEFAULT_KINDS | {"email"})
+    assert api.client.put(url, json={"redact": "off"}, headers=admin()).json()["redact"] == []
+    narrow = api.client.put(url, json={"redact": ["card"]}, headers=admin()).json()
+    assert narrow["redact"] == ["card"]
+    back = api.client.put(url, json={"redact": None}, headers=admin()).json()
+    assert back["redact"] == sorted(DEFAULT_KINDS)
+    agent_key = api.key(f"agent:{AGENT}")  # only an admin changes what is kept
+    assert_error(api.client.put(url, json={"redact": "off"}, headers=agent_key), 403)
+
+
+def test_turned_off_a_turn_is_kept_as_sent_and_turning_it_on_never_un_redacts(api: Api) -> None:
+    url = f"/v1/agents/{AGENT}/settings"
+    api.post_turn("tarjeta 4111 1111 1111 1111", event_id="on")
+    api.client.put(url, json={"redact": "off"}, headers=admin())
+    api.post_turn("tarjeta 4012 8888 8888 1881", event_id="off")
+    api.client.put(url, json={"redact": "default"}, headers=admin())
+    texts = [m["content"] for m in _messages(api)]
+    assert texts == ["tarjeta 4012 8888 8888 1881", "tarjeta [tarjeta ••••1111]"]
+
+
+def test_a_retry_of_a_redacted_turn_stores_nothing_again(api: Api) -> None:
+    first = api.post_turn("mi pin es 4821", event_id="evt-1")
+    again = api.post_turn("mi pin es 4821", event_id="evt-1")
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert [m["content"] for m in _messages(api)] == ["mi pin es [código]"]
+
+
+# -- every path that takes text, then every place that keeps it ------------------------------
+
+
+@pytest.fixture
+def llm() -> Iterator[FakeLLM]:
+    with FakeLLM() as fake:
+        # A model that repeats a secret (told in a turn stored before redaction was on, say):
+        # what it writes is redacted too.
+        fake.summary = "Paid with card 4012 8888 8888 1881; the code was 55337799."
+        fake.facts = json.dumps(
+            [
+                {"content": "Card on file is 4012 8888 8888 1881", "type": "fact"},
+                {"content": "Refund IBAN ES91 2100 0418 4502 0005 1332", "type": "fact"},
+            ]
+        )
+        yield fake
+
+
+def test_no_raw_secret_anywhere_after_turns_memories_compaction_and_search(
+    api_factory: Callable[..., Api], llm: FakeLLM
+) -> None:
+    api: Api = api_factory(llm_base_url=llm.base_url, llm_retries=0)
+    for i, (text, _) in enumerate(TURNS):
+        assert api.post_turn(text, event_id=f"t{i}").status_code == 201
+    stored = [m["content"] for m in _messages(api)]
+    for (_, placeholder), content in zip(TURNS, reversed(stored), strict=True):
+        assert placeholder in content, content
+    memories = f"/v1/agents/{AGENT}/memories"
+    made = api.client.post(
+        memories, json={"content": f"DNI {DNI}, pin 9921", "phone": PHONE}, headers=admin()
+    )
+    assert made.status_code == 201 and made.json()["content"] == "DNI [DNI], pin [código]"
+    patched = api.client.patch(
+        f"{memories}/{made.json()['id']}",
+        json={"content": "Refund to ES91 2100 0418 4502 0005 1332"},
+        headers=admin(),
+    )
+    assert patched.json()["content"] == "Refund to [IBAN ES91••••1332]"
+    for i in range(30):  # enough turns to compact the secrets' ones
+        api.post_turn(f"turn {i}", role="user" if i % 2 else "assistant", event_id=f"x{i}")
+    compacted = api.client.post(f"/v1/agents/{AGENT}/people/{PHONE}/compact", headers=admin())
+    assert compacted.status_code == 200 and compacted.json()["facts_added"] == 2
+    api.index()
+
+    prompts = json.dumps(llm.requests, ensure_ascii=False)
+    assert "[tarjeta ••••5559]" in prompts  # the model read the redacted turns
+    export = api.client.get(f"/v1/agents/{AGENT}/people/{PHONE}/export", headers=admin()).json()
+    assert export["summary"]["text"] == "Paid with card [tarjeta ••••1881]; the code was [código]."
+    assert sorted(m["content"] for m in export["memories"]) == [
+        "Card on file is [tarjeta ••••1881]",
+        "Refund IBAN [IBAN ES91••••1332]",
+        "Refund to [IBAN ES91••••1332]",
+    ]
+    staff = api.key("staff")
+    answers = [
+        json.dumps(export, ensure_ascii=False),
+        api.context(query="tarjeta", threshold=-1).text,
+    ]
+    for mode in ("semantic", "keyword", "hybrid"):
+        for query in ("tarjeta cvv código IBAN DNI contraseña", "5500005555555559"):
+            body = {"query": query, "mode": mode}
+            found = api.client.post("/v1/search", json=body, headers=staff)
+            assert found.status_code == 200
+            answers.append(found.text)
+    by_number = {"query": "5500 0055 5555 5559", "mode": "keyword"}
+    found = api.client.post("/v1/search", json=by_number, headers=staff).json()["items"]
+    assert "[tarjeta ••••5559]" in found[0]["text"]  # the number finds its placeholder
+    audit = api.client.get("/v1/audit", headers=admin()).text
+    assert "[tarjeta ••••5559]" in audit
+    everything = "\n".join([prompts, *answers, audit])
+    if api.services.settings.database_url:  # PostgreSQL: the whole database, as pg_dump reads it
+        everything += pg_dump(api.services.settings.database_url)
+        assert "[IBAN ES91••••1332]" in everything
+    data = api.services.settings.data_dir
+    lance = lance_texts(data / "lance")
+    assert "tarjeta" in lance  # the vectors' table holds the (redacted) turns
+    for raw in [*RAW, "4012 8888 8888 1881", "55337799", "9921"]:
+        assert raw not in everything, raw
+        assert raw not in lance, raw
+        for path in (p for p in data.rglob("*") if p.is_file()):
+            assert raw.encode() not in path.read_bytes(), (raw, path)
+
+
+def _messages(api: Api) -> list[dict[str, object]]:
+    response = api.client.get(f"/v1/agents/{AGENT}/people/{PHONE}/messages", headers=admin())
+    assert response.status_code == 200
+    items: list[dict[str, object]] = response.json()["items"]
+    return items
