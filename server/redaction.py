@@ -45,9 +45,26 @@ _I = re.IGNORECASE
 # A run of 13-19 digits, single spaces or dashes allowed between them; not part of a longer
 # number, a phone number (+...) or a word.
 _CARD = re.compile(r"(?<![\w+•])\d(?:[ \-]?\d){12,18}(?![\w•])")
-# Issuer prefixes a payment card starts with: 2 (Mastercard 2-series), 3 (Amex, Diners, JCB),
-# 4 (Visa), 5 (Mastercard), 6 (Discover, Maestro, UnionPay).
-_CARD_FIRST = frozenset("23456")
+# Issuers' prefixes and the lengths their cards have: (first, last) prefix of a given number of
+# digits, lengths. A Luhn-valid number of another shape (a 14-digit tracking number starting
+# 28, say) is not a card.
+_CARD_RANGES: tuple[tuple[int, int, int, frozenset[int]], ...] = (
+    (4, 4, 1, frozenset((13, 16, 19))),  # Visa
+    (51, 55, 2, frozenset((16,))),  # Mastercard
+    (2221, 2720, 4, frozenset((16,))),  # Mastercard 2-series
+    (34, 34, 2, frozenset((15,))),  # American Express
+    (37, 37, 2, frozenset((15,))),
+    (300, 305, 3, frozenset((14, 16, 19))),  # Diners Club
+    (36, 36, 2, frozenset((14, 16, 19))),
+    (38, 39, 2, frozenset((14, 16, 19))),
+    (3528, 3589, 4, frozenset(range(16, 20))),  # JCB
+    (6011, 6011, 4, frozenset(range(16, 20))),  # Discover
+    (644, 649, 3, frozenset(range(16, 20))),
+    (65, 65, 2, frozenset(range(16, 20))),
+    (62, 62, 2, frozenset(range(16, 20))),  # UnionPay
+    (50, 50, 2, frozenset(range(12, 20))),  # Maestro
+    (56, 69, 2, frozenset(range(12, 20))),
+)
 _CVV = re.compile(
     r"\b(?:cvv2?|cvc2?|cid|c[oó]digo\s+de\s+seguridad|security\s+code)\b"
     r"[^\d\n]{0,20}?(?<!\d)(\d{3,4})(?!\d)",
@@ -63,10 +80,11 @@ _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?:[ ]?[A-Z0-9]){10,30}\b", _I)
 # National ids (each confirmed by python-stdnum): DNI 12345678Z, NIE X1234567L, CURP, RFC,
 # CUIT 20-12345678-6 and CPF 123.456.789-09 (both also bare 11 digits, but then only when
 # named: "cuit", "cuil", "cpf").
-_DNI = re.compile(r"(?<![\w+])\d{8}[ \-]?[A-Z](?!\w)", _I)
-_NIE = re.compile(r"(?<!\w)[XYZ][ \-]?\d{7}[ \-]?[A-Z](?!\w)", _I)
+# (The letter after a space or a dash only in capitals: "84731247 y el..." is not a DNI.)
+_DNI = re.compile(r"(?<![\w+])\d{8}(?:[ \-]?[A-Z]|[a-z])(?!\w)")
+_NIE = re.compile(r"(?<!\w)[XYZxyz][ \-]?\d{7}(?:[ \-]?[A-Z]|[a-z])(?!\w)")
 _CURP = re.compile(r"(?<!\w)[A-Z]{4}\d{6}[HMX][A-Z]{5}[A-Z0-9]\d(?!\w)", _I)
-_RFC = re.compile(r"(?<!\w)[A-ZÑ&]{4}\d{6}[A-Z0-9]{3}(?!\w)", _I)
+_RFC = re.compile(r"(?<!\w)[A-ZÑ&]{3,4}\d{6}[A-Z0-9]{3}(?!\w)", _I)
 _CUIT = re.compile(r"(?<![\w+])\d{2}-\d{8}-\d(?!\w)")
 _CPF = re.compile(r"(?<![\w+])\d{3}\.\d{3}\.\d{3}-\d{2}(?!\w)")
 _NAMED_11 = re.compile(r"\b(cuit|cuil|cpf)\b[^\d\n]{0,15}?(?<![\d+])(\d{11})(?!\d)", _I)
@@ -79,7 +97,7 @@ _CODE_DIGITS = (
 )
 _SECRET_WORD = (
     r"c[oó]digos?|codes?|otp|pin|passcode|token|clave|contrase[nñ]a|password|"
-    r"verificaci[oó]n|verification|verify|2fa|autenticaci[oó]n|authentication"
+    r"verificaci[oó]n|verification|verify|2fa|autenticaci[oó]n|authentication|sms"
 )
 _CODE_BEFORE = re.compile(
     rf"\b(?P<word>{_SECRET_WORD})\b(?P<gap>[^\d\n]{{0,40}}?)" + _CODE_DIGITS, _I
@@ -103,9 +121,13 @@ _ORDINARY_CODE = re.compile(
 )
 _PASSWORD = re.compile(
     r"\b(?:contrase[nñ]a|clave(?:\s+de\s+acceso)?|password|passwd|pwd)\b"
-    r"(?:\s+(?:nueva|new|actual|current|temporal|temporary|provisional|del?\s+\w+|for\s+\w+)){0,2}"
+    r"(?:\s+(?:nueva|new|actual|current|temporal|temporary|provisional|"
+    r"del?\s+\w+|for\s+(?:the\s+|my\s+)?\w+)){0,2}"
     r"(?:\s*[:=]\s*|\s+(?:es|is|era|was|ser[aá]|sigue\s+siendo)\s*:?\s+)"
-    r"[\"'«“]?(?P<secret>[^\s\"'»”]{3,64})",
+    r"[\"'«“]?(?P<secret>[^\s\"'»”]{3,64})"
+    # "usuario ana, pass Perro12": a user name then a bare "pass"/"clave" and the secret.
+    r"|\b(?:usuario|user(?:name)?|login)\b[^\n]{1,40}?\b(?:pass(?:word)?|clave|contrase[nñ]a|pwd)"
+    r"\s*[:=]?\s+(?P<paired>[^\s\"'»”]{3,64})",
     _I,
 )
 _EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]{1,64}@([A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})+)")
@@ -120,7 +142,7 @@ _ADDRESS = re.compile(
     _I,
 )
 # Fast path: a text with none of these holds nothing any kind looks for.
-_PASSWORD_WORD = re.compile(r"contrase|clave|passw|pwd", _I)
+_PASSWORD_WORD = re.compile(r"contrase|clave|pass|pwd", _I)
 _ADDRESS_WORD = re.compile(
     r"calle|c/|avenida|avda|av\.|paseo|plaza|pza|carrera|cra|camino|"
     r"ronda|traves|rua|street|avenue|road|boulevard|blvd|lane|drive",
@@ -143,17 +165,50 @@ def _valid(module: object, number: str, **kwargs: bool) -> bool:
     return True
 
 
+def _card_shaped(number: str) -> bool:
+    return any(
+        first <= int(number[:digits]) <= last and len(number) in lengths
+        for first, last, digits, lengths in _CARD_RANGES
+    )
+
+
 def _card(match: re.Match[str]) -> str | None:
     raw = match.group(0)
     number = _digits(raw)
-    if not 13 <= len(number) <= 19 or number[0] not in _CARD_FIRST:
+    if not 12 <= len(number) <= 19 or not luhn.is_valid(number):
         return None
-    if not luhn.is_valid(number):
+    if not _card_shaped(number) and not _named_card(match.string, match.start(), match.end()):
         return None
-    # A bare 13-digit barcode (EAN-13) that happens to pass Luhn is a product, not a card.
+    # A bare 13-digit barcode (EAN-13) that happens to pass Luhn is a product, not a card; a
+    # number the clause calls a tracking number, an order or an invoice is one.
     if len(number) == 13 and raw.isdigit() and ean.is_valid(number):
         return None
+    if _named_ordinary(match.string, match.start()):
+        return None
     return f"[tarjeta {DOTS}{number[-4:]}]"
+
+
+_CLAUSE_END = re.compile(r"[.;!?\n](?:\s|$)")
+_CARD_WORD = re.compile(r"tarjeta|card|visa|mastercard|amex|d[eé]bito|cr[eé]dito|debit|credit", _I)
+
+
+def _named_card(text: str, start: int, end: int) -> bool:
+    """Whether the clause around the number calls it a card ("la tarjeta es la ...", "... es
+    mi visa"): then an issuer this module does not list is still a card."""
+    return bool(_CARD_WORD.search(_clause_before(text, start, 40) + text[end : end + 15]))
+
+
+def _clause_before(text: str, start: int, width: int) -> str:
+    before = text[max(0, start - width) : start]
+    ends = list(_CLAUSE_END.finditer(before))
+    return before[ends[-1].end() :] if ends else before
+
+
+def _named_ordinary(text: str, start: int) -> bool:
+    """Whether the words just before `start`, in the same clause, name an ordinary number (an
+    order, a postcode, a tracking number) and no card."""
+    before = _clause_before(text, start, 30)
+    return bool(_ORDINARY_CODE.search(before)) and not _CARD_WORD.search(before)
 
 
 # -- the redactor -------------------------------------------------------------------------------
@@ -196,10 +251,11 @@ def _password(text: str) -> str:
         return text
 
     def replace(match: re.Match[str]) -> str:
-        secret = match.group("secret").rstrip(".,;")
+        group = "secret" if match.group("secret") is not None else "paired"
+        secret = match.group(group).rstrip(".,;")
         if secret.startswith("[") or secret.lower() in _NOT_A_PASSWORD:
             return match.group(0)
-        start = match.start("secret") - match.start()
+        start = match.start(group) - match.start()
         return match.group(0)[:start] + "[contraseña]" + match.group(0)[start + len(secret) :]
 
     return _PASSWORD.sub(replace, text)
@@ -319,7 +375,7 @@ def _codes(text: str) -> str:
     def before(match: re.Match[str]) -> str | None:
         if _ORDINARY_CODE.search(match.group("gap")) or _ordinary_after(text, match.end()):
             return None
-        if _ORDINARY_CODE.search(text[max(0, match.start() - 25) : match.start()]):
+        if _named_ordinary(text, match.start()):
             return None
         return _replace_group(match, 3, "[código]")
 

@@ -68,6 +68,9 @@ RAW = [
         ("iban ES9121000418450200051332.", "iban [IBAN ES91••••1332]."),
         ("My password is hunter2.", "My password is [contraseña]."),
         ("cpf 11144477735", "cpf [CPF]"),
+        ("el número que me llegó por SMS: 846721", "el número que me llegó por SMS: [código]"),
+        ("usuario ana, pass Blue3540#", "usuario ana, pass [contraseña]"),
+        ("password for the portal = River6170$", "password for the portal = [contraseña]"),
     ],
 )
 def test_each_kind_becomes_a_readable_placeholder(text: str, expected: str) -> None:
@@ -89,6 +92,9 @@ def test_each_kind_becomes_a_readable_placeholder(text: str, expected: str) -> N
         "la tarjeta 4111 1111 1111 1112 no pasa (a typo: no Luhn)",
         "IBAN ES91 2100 0418 4502 0005 1333 (a typo: no checksum)",
         "DNI 12345678A (wrong letter)",
+        "Mi pedido 84731247 y el 021830 llegaron juntos",
+        "Tracking number 28950116501705, it says delivered",
+        "my passport expires in 2031 and the pass for the museum was 25 €",
     ],
 )
 def test_ordinary_numbers_and_near_misses_stay_as_written(text: str) -> None:
