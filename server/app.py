@@ -223,6 +223,9 @@ def open_services(
     finished = memory.finish_erasures()  # forgets a crash cut short, before anything is served
     if finished:
         step(f"finished {finished} forgets that were cut short")
+    folded, _ = memory.fold_phone_numbers()  # once per database (README, "Phone numbers")
+    if folded:
+        step(f"folded {folded} people's numbers into the form they have everywhere else")
     upgrade = None
     if serving is not None:
         target = VectorSpace(encoder=CachedEncoder(wanted), index=serving[1])

@@ -85,6 +85,7 @@ from server.schemas import (
     MessageCreate,
     MessagePage,
     MessageStored,
+    MoveOut,
     OptOutOut,
     StaffSearchIn,
     StaffSearchOut,
@@ -249,6 +250,12 @@ def _export(agent: str, phone: str) -> _Call[ExportOut]:
 def _forget(agent: str, phone: str) -> _Call[ForgetOut]:
     """Erase the person: turns, summary, memories and their history, vectors."""
     return _Call("DELETE", _person(agent, phone), _json(ForgetOut), idempotent=True)
+
+
+def _move(agent: str, phone: str, to: str) -> _Call[MoveOut]:
+    """The person changed number: everything stored about them moves to `to` (merged if it
+    has memory already). Not retried: a move that went through leaves nothing to move (404)."""
+    return _Call("POST", _person(agent, phone) + "/move", _json(MoveOut), body={"to": to})
 
 
 def _compact(agent: str, phone: str) -> _Call[CompactOut]:
@@ -673,6 +680,7 @@ class _Client(ABC):
     messages = _Endpoint(_messages)
     export = _Endpoint(_export)
     forget = _Endpoint(_forget)
+    move = _Endpoint(_move)
     compact = _Endpoint(_compact)
     opt_out = _Endpoint(_opt_out)
     get_opt_out = _Endpoint(_get_opt_out)

@@ -90,6 +90,20 @@ class SupersedesConflict(ApiError):
     code = "supersedes_conflict"
 
 
+class SamePhone(ApiError):
+    """A person moved onto the number they already have."""
+
+    status = 422
+    code = "same_phone"
+
+
+class PersonNotFound(ApiError):
+    """Nothing is stored for that number of this agent (nothing to move)."""
+
+    status = 404
+    code = "person_not_found"
+
+
 class BodyTooLarge(ApiError):
     status = 413
     code = "body_too_large"

@@ -595,6 +595,17 @@ class Indexer:
             self.space.encoder.clear()
             return removed
 
+    def leave_number(self, agent: str, phone: str) -> None:
+        """After a person moved to another number (their rows rewritten under it by id): no
+        row of any table, and no file, keeps the old number (as forget() makes sure of)."""
+        with self.lock:
+            index = self.space.index
+            index.delete_person(agent, phone)
+            index.purge()
+            for name in table_names(index.location):
+                if name != index.name:
+                    purge_person_from_table(index.location, name, agent, phone)
+
     def _follow_active_model(self) -> None:
         """`memory-server reindex --model M` marks M (and its table) active when the table is
         built; switch."""

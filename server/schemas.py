@@ -284,6 +284,46 @@ class ForgetOut(BaseModel):
     deleted: DeletedCounts
 
 
+class MoveIn(Strict):
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"to": "+34600111333"}]}
+    )
+
+    to: str = Field(
+        description="The person's new number, in international form ('+34 600 11 13 33' is"
+        " fine); stored in E.164.",
+        max_length=64,
+    )
+
+
+class MovedCounts(BaseModel):
+    messages: int
+    memories: int
+    summaries: int
+    opt_outs: int
+
+
+class MoveOut(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+        json_schema_extra={
+            "examples": [
+                {
+                    "from": "+34600111222",
+                    "to": "+34600111333",
+                    "moved": {"messages": 120, "memories": 9, "summaries": 1, "opt_outs": 0},
+                    "merged": False,
+                }
+            ]
+        },
+    )
+
+    from_: str = Field(alias="from", description="The old number: it holds nothing now.")
+    to: str
+    moved: MovedCounts
+    merged: bool = Field(description="Whether the new number had memory already.")
+
+
 class OptOutOut(BaseModel):
     model_config = ConfigDict(
         json_schema_extra={

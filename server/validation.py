@@ -6,11 +6,20 @@ import re
 import unicodedata
 from urllib.parse import unquote
 
+import phonenumbers
+
 from server.auth import AGENT_PATTERN
 from server.clock import normalise_time
 from server.errors import InvalidInput
 
-PHONE_PATTERN = re.compile(r"\+[0-9]{8,15}")  # used with fullmatch, never match
+# How people write a number: '+' (or 00) and digits, with spaces, dashes, dots or parentheses
+# anywhere ("(+34) 600-11-12-22"); what is left without them must be '+' or 00 and digits.
+PHONE_SEPARATORS = re.compile(r"[ ().\-]")
+PHONE_COMPACT = re.compile(r"(?:\+|00)[0-9]{6,17}")  # used with fullmatch, never match
+PHONE_MESSAGE = (
+    "phone must be a number that can exist, in international form: '+', the country code and"
+    " the number (spaces, dashes, dots and parentheses are fine), e.g. +34 600 11 12 22"
+)
 
 
 def agent_name(value: str) -> str:
@@ -22,11 +31,34 @@ def agent_name(value: str) -> str:
 
 
 def phone_number(value: str, *, code: str = "invalid_phone") -> str:
-    """E.164: '+' then 8-15 digits. Accepts it URL-encoded (%2B...) too."""
-    candidate = unquote(value) if "%" in value else value
-    if not PHONE_PATTERN.fullmatch(candidate):
-        raise InvalidInput("phone must be E.164: '+' then 8 to 15 digits", code)
-    return candidate
+    """The number in E.164 ('+34600111222'), read with phonenumbers from the ways people
+    write it ('+34 600 11 12 22', '(+34) 600-11-12-22', '0034...'; URL-encoded too). A number
+    that cannot exist (an unknown country code, too few or too many digits for its country)
+    is refused. WhatsApp's Mexican mobiles, '+521' and ten digits, are the same person as
+    '+52' and those ten digits everywhere else: folded into the latter."""
+    written = unquote(value) if "%" in value else value
+    candidate = PHONE_SEPARATORS.sub("", written) if len(written) <= 40 else written
+    if not PHONE_COMPACT.fullmatch(candidate):
+        raise InvalidInput(PHONE_MESSAGE, code)
+    if candidate.startswith("00"):
+        candidate = "+" + candidate[2:]
+    try:
+        parsed = phonenumbers.parse(candidate, None)
+    except phonenumbers.NumberParseException as exc:
+        raise InvalidInput(PHONE_MESSAGE, code) from exc
+    folded = fold_mexican_mobile(parsed)
+    if not phonenumbers.is_possible_number(folded):
+        raise InvalidInput(PHONE_MESSAGE, code)
+    return phonenumbers.format_number(folded, phonenumbers.PhoneNumberFormat.E164)
+
+
+def fold_mexican_mobile(number: phonenumbers.PhoneNumber) -> phonenumbers.PhoneNumber:
+    """+52 1 XXXXXXXXXX (the mobile prefix Mexico dropped in 2019, which WhatsApp still
+    reports) becomes +52 XXXXXXXXXX."""
+    national = str(number.national_number)
+    if number.country_code == 52 and len(national) == 11 and national.startswith("1"):
+        return phonenumbers.PhoneNumber(country_code=52, national_number=int(national[1:]))
+    return number
 
 
 def text_content(value: str, *, limit: int, what: str = "content") -> str:

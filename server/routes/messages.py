@@ -20,6 +20,9 @@ from server.schemas import (
     MessageOut,
     MessagePage,
     MessageStored,
+    MovedCounts,
+    MoveIn,
+    MoveOut,
     OptOutOut,
     SummaryOut,
 )
@@ -151,6 +154,40 @@ def forget_person(
             summaries=gone.summaries,
             vectors=gone.vectors,
         )
+    )
+
+
+@router.post(
+    "/move",
+    response_model=MoveOut,
+    response_model_by_alias=True,
+    responses={
+        404: {"description": "Nothing is stored for that number (person_not_found)."},
+        422: {"description": "An invalid new number (invalid_phone), or the same (same_phone)."},
+    },
+)
+def move_person(
+    principal: PrincipalDep, agent: AgentDep, phone: PhoneDep, body: MoveIn, services: ServicesDep
+) -> MoveOut:
+    """The person changed number: their turns, summary, memories with their history,
+    opt-out and vectors move to `to`, in one transaction, merged in the order the turns
+    arrived if `to` already has memory. The old number then holds nothing. The audit log
+    records who moved whom."""
+    principal.require_write(agent)
+    new = validation.phone_number(body.to)
+    moved = services.memory.move_person(agent, phone, new, actor=principal.key_id)
+    return MoveOut.model_validate(
+        {
+            "from": phone,
+            "to": new,
+            "moved": MovedCounts(
+                messages=moved.messages,
+                memories=moved.memories,
+                summaries=moved.summaries,
+                opt_outs=moved.opt_outs,
+            ),
+            "merged": moved.merged,
+        }
     )
 
 

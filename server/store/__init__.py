@@ -15,6 +15,7 @@ from server.store.keys import KeyQueries
 from server.store.leases import Lease
 from server.store.memories import MemoryQueries
 from server.store.messages import MessageQueries
+from server.store.moves import MoveQueries, NothingToMove, PersonMove
 from server.store.optouts import OptOutQueries
 from server.store.outbox import OutboxQueries
 from server.store.pool import PoolStats
@@ -48,8 +49,10 @@ __all__ = [
     "Memory",
     "MemoryFilter",
     "Message",
+    "NothingToMove",
     "OutboxItem",
     "PersonErasure",
+    "PersonMove",
     "StillActive",
     "Store",
     "Summary",
@@ -65,6 +68,7 @@ class Store(
     ErasureQueries,
     OptOutQueries,
     RetentionQueries,
+    MoveQueries,
 ):
     """Every query, on SQLite at `path` (WAL), or on PostgreSQL at `database_url`."""
 

@@ -82,9 +82,11 @@ def redact_audit(conn: Conn, agent: str, phone: str) -> None:
         before = json.loads(row["results"])
         results = [r for r in before if r != [agent, phone]]
         filters = json.loads(row["filters"])
-        named = filters.get("phone") == phone
-        if named:
+        named = phone in (filters.get("phone"), filters.get("from"))
+        if named:  # a search filtered by their number, or a move from or to it
             filters["phone"] = FORGOTTEN
+            if "from" in filters:
+                filters["from"] = FORGOTTEN
         involved = named or len(results) < len(before) or phone in row["query"]
         conn.execute(
             "UPDATE audit SET query = ?, results = ?, filters = ? WHERE id = ?",

@@ -47,15 +47,16 @@ class OutboxQueries(Queries):
         return [OutboxItem(r[0], r[1], r[2], r[3], r[4]) for r in rows]
 
     def outbox_for(self, kind: str, ref_ids: Sequence[str]) -> list[OutboxItem]:
-        if not ref_ids:
-            return []  # (PostgreSQL refuses an empty IN list)
-        marks = ",".join("?" * len(ref_ids))
-        rows = self._reader().execute(
-            "SELECT id, kind, ref_id, agent, phone FROM outbox"
-            f" WHERE kind = ? AND ref_id IN ({marks}) ORDER BY id",
-            (kind, *ref_ids),
-        )
-        return [OutboxItem(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+        found: list[OutboxItem] = []
+        for chunk in chunks(list(ref_ids)):  # (PostgreSQL refuses an empty IN list)
+            marks = ",".join("?" * len(chunk))
+            rows = self._reader().execute(
+                "SELECT id, kind, ref_id, agent, phone FROM outbox"
+                f" WHERE kind = ? AND ref_id IN ({marks})",
+                (kind, *chunk),
+            )
+            found.extend(OutboxItem(r[0], r[1], r[2], r[3], r[4]) for r in rows)
+        return sorted(found, key=lambda item: item.id)
 
     def outbox_done(self, ids: Sequence[int]) -> None:
         with self._transaction() as conn:

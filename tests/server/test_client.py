@@ -660,6 +660,7 @@ def test_every_endpoint_of_the_api_has_a_method(live: Server) -> None:
             lambda: c.metrics(),
             lambda: c.opt_out(a, p),
             lambda: c.get_opt_out(a, p),
+            lambda: c.move(a, p, "+15550009999"),
         ]:
             try:
                 call()
@@ -737,3 +738,20 @@ def test_a_memory_superseded_through_the_client(live: Server, client: MemoryClie
     with pytest.raises(MemoryServerError) as twice:
         client.add_memory(AGENT, "Moved to Paris", phone, supersedes=madrid.id)
     assert (twice.value.status, twice.value.code) == (409, "already_superseded")
+
+
+def test_a_person_moves_to_a_new_number_written_as_people_write_it(
+    live: Server, client: MemoryClient
+) -> None:
+    client.remember(AGENT, "+52 1 55 1234 5670", "user", "Hola, soy Lupe")  # WhatsApp's form
+    moved = client.move(AGENT, "+525512345670", "+52 (55) 9876-5430")
+    assert (moved.from_, moved.to, moved.merged) == ("+525512345670", "+525598765430", False)
+    assert moved.moved.messages == 1
+    assert turns(raw_export(live, "+525598765430")) == [("user", "Hola, soy Lupe")]
+    assert raw_export(live, "+525512345670")["messages"] == []
+    with pytest.raises(MemoryServerError) as refused:
+        client.move(AGENT, "+525512345670", "+525598765430")  # nothing left to move
+    assert (refused.value.status, refused.value.code) == (404, "person_not_found")
+    with pytest.raises(MemoryServerError) as invalid:
+        client.move(AGENT, "+525598765430", "+99912345678")
+    assert (invalid.value.status, invalid.value.code) == (422, "invalid_phone")

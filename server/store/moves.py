@@ -1,0 +1,188 @@
+"""A person who changes number: everything stored under one number moves to another, merged
+with what the new number already holds, in one transaction."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from server.store.audit import person_exists
+from server.store.db import Conn, Queries
+
+
+@dataclass(frozen=True, slots=True)
+class PersonMove:
+    """What moved: rows of each table, and whether the new number had memory already."""
+
+    messages: int
+    memories: int
+    history: int
+    summaries: int
+    opt_outs: int
+    merged: bool
+    turn_ids: tuple[str, ...] = ()  # the person's items queued for the indexer, by kind
+    memory_ids: tuple[str, ...] = ()
+    summary_refs: tuple[str, ...] = ()
+
+
+class NothingToMove(LookupError):
+    """The old number holds nothing for this agent."""
+
+
+# Every turn, memory and summary of the person, queued for the indexer under the new number:
+# their vectors are rewritten with it (the indexer reuses a vector whose words are the same).
+_ENQUEUE = (
+    "INSERT INTO outbox (kind, ref_id, agent, phone, enqueued_at)"
+    " SELECT 'turn', CAST(id AS TEXT), agent, phone, ? FROM messages"
+    " WHERE agent = ? AND phone = ?",
+    "INSERT INTO outbox (kind, ref_id, agent, phone, enqueued_at)"
+    " SELECT 'fact', id, agent, phone, ? FROM memories WHERE agent = ? AND phone = ?",
+    "INSERT INTO outbox (kind, ref_id, agent, phone, enqueued_at)"
+    " SELECT 'summary', agent || '|' || phone, agent, phone, ? FROM summaries"
+    " WHERE agent = ? AND phone = ?",
+)
+
+
+class MoveQueries(Queries):
+    def stored_people(self) -> list[tuple[str, str]]:
+        """Every (agent, phone) anything is stored for."""
+        rows = self._reader().execute(
+            "SELECT agent, phone FROM messages UNION SELECT agent, phone FROM memories"
+            " WHERE phone IS NOT NULL UNION SELECT agent, phone FROM summaries"
+            " UNION SELECT agent, phone FROM opt_outs ORDER BY 1, 2"
+        )
+        return [(str(r[0]), str(r[1])) for r in rows]
+
+    def move_person(self, agent: str, old: str, new: str, *, actor: str) -> PersonMove:
+        """Move the person's turns (ids kept, so the conversation reads in the order the turns
+        arrived), memories with their history, summary and opt-out from `old` to `new`, under
+        both numbers' locks, with an audit entry. Two summaries become one (the older first);
+        of two opt-outs the first stays. The old number's vectors are queued for removal and
+        the person's for rewriting under the new number. NothingToMove if `old` holds
+        nothing."""
+        now = self._now()
+        with self._transaction() as conn:
+            for phone in sorted({old, new}):
+                self._db.lock_person(conn, agent, phone)  # in one order: no deadlock
+            if not person_exists(conn, agent, old) and not _opted_out(conn, agent, old):
+                raise NothingToMove(f"nothing is stored for that number of agent {agent}")
+            merged = person_exists(conn, agent, new)
+            moved = {}
+            for table in ("messages", "memories", "memory_history", "outbox"):
+                moved[table] = conn.execute(
+                    f"UPDATE {table} SET phone = ? WHERE agent = ? AND phone = ?",
+                    (new, agent, old),
+                ).rowcount
+            conn.execute(
+                "DELETE FROM compaction_claims WHERE agent = ? AND phone = ?", (agent, old)
+            )
+            summaries = _move_summary(conn, agent, old, new)
+            opt_outs = _move_opt_out(conn, agent, old, new)
+            for sql in _ENQUEUE:
+                conn.execute(sql, (now, agent, new))
+            args = (agent, new)
+            turn_ids = tuple(
+                str(r[0])
+                for r in conn.execute("SELECT id FROM messages WHERE agent = ? AND phone = ?", args)
+            )
+            memory_ids = tuple(
+                str(r[0])
+                for r in conn.execute("SELECT id FROM memories WHERE agent = ? AND phone = ?", args)
+            )
+            conn.execute(  # the old number's summary row in the index goes
+                "INSERT INTO outbox (kind, ref_id, agent, phone, enqueued_at)"
+                " VALUES ('summary', ?, ?, ?, ?)",
+                (f"{agent}|{old}", agent, new, now),
+            )
+            result = PersonMove(
+                messages=moved["messages"],
+                memories=moved["memories"],
+                history=moved["memory_history"],
+                summaries=summaries,
+                opt_outs=opt_outs,
+                merged=merged,
+                turn_ids=turn_ids,
+                memory_ids=memory_ids,
+                summary_refs=(f"{agent}|{old}", f"{agent}|{new}"),
+            )
+            conn.execute(
+                "INSERT INTO audit (at, key_id, query, filters, result_count, results)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    now,
+                    actor,
+                    "[move]",
+                    json.dumps(
+                        {
+                            "action": "move",
+                            "agents": [agent],
+                            "from": old,
+                            "phone": new,
+                            "moved": {
+                                "messages": result.messages,
+                                "memories": result.memories,
+                                "summaries": result.summaries,
+                                "opt_outs": result.opt_outs,
+                            },
+                            "merged": merged,
+                        }
+                    ),
+                    1,
+                    json.dumps([[agent, new]]),
+                ),
+            )
+        return result
+
+
+def _opted_out(conn: Conn, agent: str, phone: str) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM opt_outs WHERE agent = ? AND phone = ?", (agent, phone)
+    ).fetchone()
+    return row is not None
+
+
+def _move_summary(conn: Conn, agent: str, old: str, new: str) -> int:
+    select = "SELECT text, through_id, updated_at FROM summaries WHERE agent = ? AND phone = ?"
+    moving = conn.execute(select, (agent, old)).fetchone()
+    if moving is None:
+        return 0
+    staying = conn.execute(select, (agent, new)).fetchone()
+    if staying is None:
+        conn.execute(
+            "UPDATE summaries SET phone = ? WHERE agent = ? AND phone = ?", (new, agent, old)
+        )
+        return 1
+    first, second = sorted([tuple(moving), tuple(staying)], key=lambda r: str(r[2]))
+    throughs = [t for t in (moving[1], staying[1]) if t is not None]
+    conn.execute(
+        "UPDATE summaries SET text = ?, through_id = ?, updated_at = ?"
+        " WHERE agent = ? AND phone = ?",
+        (
+            f"{first[0]}\n\n{second[0]}",
+            max(throughs) if throughs else None,
+            second[2],
+            agent,
+            new,
+        ),
+    )
+    conn.execute("DELETE FROM summaries WHERE agent = ? AND phone = ?", (agent, old))
+    return 1
+
+
+def _move_opt_out(conn: Conn, agent: str, old: str, new: str) -> int:
+    select = "SELECT opted_out_at FROM opt_outs WHERE agent = ? AND phone = ?"
+    moving = conn.execute(select, (agent, old)).fetchone()
+    if moving is None:
+        return 0
+    staying = conn.execute(select, (agent, new)).fetchone()
+    if staying is None:
+        conn.execute(
+            "UPDATE opt_outs SET phone = ? WHERE agent = ? AND phone = ?", (new, agent, old)
+        )
+    else:
+        conn.execute(
+            "UPDATE opt_outs SET opted_out_at = ? WHERE agent = ? AND phone = ?",
+            (min(str(moving[0]), str(staying[0])), agent, new),
+        )
+        conn.execute("DELETE FROM opt_outs WHERE agent = ? AND phone = ?", (agent, old))
+    return 1
