@@ -463,7 +463,9 @@ def build_parser() -> argparse.ArgumentParser:
         "forget", help="erase a person's data for one agent", parents=[as_json]
     )
     forget.add_argument("--agent", required=True)
-    forget.add_argument("--phone", required=True, help="E.164, e.g. +15551234567")
+    forget.add_argument(
+        "--phone", required=True, help="international form, e.g. +15551234567 or '+34 600 11 12 22'"
+    )
 
     commands.add_parser(
         "sweep",

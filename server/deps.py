@@ -66,7 +66,15 @@ def _agent(agent: Annotated[str, Path(description="Agent id: 1-64 of a-z 0-9 _ -
     return validation.agent_name(agent)
 
 
-def _phone(phone: Annotated[str, Path(description="The person's phone in E.164")]) -> str:
+def _phone(
+    phone: Annotated[
+        str,
+        Path(
+            description="The person's phone in international form ('+34 600 11 12 22' is fine;"
+            " URL-encoded), stored in E.164"
+        ),
+    ],
+) -> str:
     return validation.phone_number(phone)
 
 

@@ -37,8 +37,8 @@ ClientSource = Callable[[Context[Any, Any]], AbstractAsyncContextManager[AsyncMe
 
 INSTRUCTIONS = (
     "Long-term memory of the people an agent talks to, keyed by agent (a persona or product"
-    " name: 1-64 characters of a-z 0-9 _ -) and the person's phone number in E.164 (+ then"
-    " 8-15 digits). Store every turn with `remember`; before answering a person, call"
+    " name: 1-64 characters of a-z 0-9 _ -) and the person's phone number in international"
+    " form (+, the country code and the number; stored in E.164). Store every turn with `remember`; before answering a person, call"
     " `get_context` and put its `notes` in your instructions and its `history` before the new"
     " message. Use `search_memories` to look facts up by meaning, and `add_memory` to keep a"
     " durable fact the conversation revealed."
@@ -47,7 +47,13 @@ INSTRUCTIONS = (
 Agent = Annotated[
     str, Field(description="The agent (persona or product): 1-64 characters of a-z 0-9 _ -.")
 ]
-Phone = Annotated[str, Field(description="The person's phone number in E.164, e.g. +34600111222.")]
+Phone = Annotated[
+    str,
+    Field(
+        description="The person's phone number in international form, e.g. +34600111222 or"
+        " +34 600 11 12 22 (stored in E.164)."
+    ),
+]
 
 
 def build_mcp(clients: ClientSource) -> MCPServer:
