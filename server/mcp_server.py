@@ -38,7 +38,8 @@ ClientSource = Callable[[Context[Any, Any]], AbstractAsyncContextManager[AsyncMe
 INSTRUCTIONS = (
     "Long-term memory of the people an agent talks to, keyed by agent (a persona or product"
     " name: 1-64 characters of a-z 0-9 _ -) and the person's phone number in international"
-    " form (+, the country code and the number; stored in E.164). Store every turn with `remember`; before answering a person, call"
+    " form (+, the country code and the number; stored in E.164). Store every turn with"
+    " `remember`; before answering a person, call"
     " `get_context` and put its `notes` in your instructions and its `history` before the new"
     " message. Use `search_memories` to look facts up by meaning, and `add_memory` to keep a"
     " durable fact the conversation revealed."
