@@ -19,16 +19,17 @@ from server.agent_settings import AgentConfig, AgentSettings, OptOutPolicy
 from server.clock import Clock, format_time, parse_time, utc_now
 from server.compaction import Compacted, Compaction
 from server.config import Settings
-from server.errors import InvalidInput, PersonNotFound, SamePhone
+from server.errors import InvalidInput, PersonBusyError, PersonNotFound, SamePhone
 from server.excerpts import PersonTurns, TurnsCache, windows
 from server.hooks import Hooks
 from server.indexer import Indexer
 from server.locks import KeyedLocks
-from server.redaction import redact
+from server.redaction import redact, redact_json
 from server.store import (
     Memory,
     Message,
     NothingToMove,
+    PersonBusy,
     PersonErasure,
     PersonMove,
     StillActive,
@@ -182,12 +183,13 @@ class MemoryService:
         False) when the event_id was seen before. A new user turn lifts the person's opt-out
         recorded before it (server/store/messages.py)."""
         config = self.agent_config(agent)
+        content = redact(content, config.redact)  # (outside the person's lock)
         with self._people.hold((agent, phone)):
             message_id, stored = self._store.insert_message(
                 agent=agent,
                 phone=phone,
                 role=role,
-                content=redact(content, config.redact),
+                content=content,
                 event_id=event_id,
                 number=number,
                 created_at=created_at,
@@ -612,16 +614,17 @@ class MemoryService:
         AlreadySuperseded) in the same transaction, or when approved if it starts pending.
         Its content's secrets are redacted first, as a turn's."""
         now = self.now()
+        kinds = self.agent_config(agent).redact
         memory = Memory(
             id="mem_" + secrets.token_hex(8),
             agent=agent,
             phone=phone,
-            content=redact(content, self.agent_config(agent).redact),
+            content=redact(content, kinds),
             type=type,
             status=status,
             confidence=confidence,
             source=source,
-            metadata=dict(metadata or {}),
+            metadata=redact_json(dict(metadata or {}), kinds),
             session_id=session_id,
             task_id=task_id,
             graph_id=graph_id,
@@ -665,7 +668,7 @@ class MemoryService:
         cannot exist is left as it is, logged. Returns (moved, impossible)."""
         if self._store.meta(PHONES_FOLDED) is not None:
             return 0, 0
-        moved = impossible = 0
+        moved = impossible = busy = 0
         for agent, phone in self._store.stored_people():
             try:
                 folded = phone_number(phone)
@@ -678,6 +681,10 @@ class MemoryService:
                 done = self._store.move_person(agent, phone, folded, actor="migration:phones")
             except NothingToMove:
                 continue  # moved by a replica starting alongside
+            except PersonBusy:
+                busy += 1  # a claim left by a process that died: the next start-up folds it
+                continue
+            self._indexer.leave_number(agent, phone)
             moved += 1
             log.info(
                 "folded a person of agent %s into the number they are everywhere else:"
@@ -693,7 +700,10 @@ class MemoryService:
                 " API refuses such numbers now: see README, 'Phone numbers')",
                 impossible,
             )
-        self._store.set_meta(PHONES_FOLDED, "1")
+        if busy:
+            log.warning("%d people's numbers were not folded (busy); the next start-up will", busy)
+        else:
+            self._store.set_meta(PHONES_FOLDED, "1")
         self._indexer.wake()
         return moved, impossible
 
@@ -712,6 +722,8 @@ class MemoryService:
                 moved = self._store.move_person(agent, old, new, actor=actor)
             except NothingToMove as exc:
                 raise PersonNotFound(str(exc)) from exc
+            except PersonBusy as exc:
+                raise PersonBusyError(str(exc)) from exc
             self._turns.drop(agent, old)
             self._turns.drop(agent, new)
         try:

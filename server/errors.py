@@ -104,6 +104,13 @@ class PersonNotFound(ApiError):
     code = "person_not_found"
 
 
+class PersonBusyError(ApiError):
+    """A forget or a compaction of the person is under way: try the move again shortly."""
+
+    status = 409
+    code = "person_busy"
+
+
 class BodyTooLarge(ApiError):
     status = 413
     code = "body_too_large"

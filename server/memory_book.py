@@ -12,7 +12,7 @@ from server.clock import Clock, format_time, utc_now
 from server.errors import NotFound
 from server.hooks import Hooks
 from server.indexer import Indexer, fact_row
-from server.redaction import redact
+from server.redaction import redact, redact_json
 from server.store import HistoryEntry, Memory, MemoryFilter, Store
 
 REVIEW_DAYS = 7
@@ -83,8 +83,11 @@ class MemoryBook:
 
     def update(self, agent: str, memory_id: str, changes: dict[str, Any], actor: str) -> Memory:
         memory = self.get(agent, memory_id)
-        if "content" in changes:  # redacted as when it was stored
-            changes["content"] = redact(changes["content"], self._agents.resolve(agent).redact)
+        kinds = self._agents.resolve(agent).redact  # redacted as when it was stored
+        if "content" in changes:
+            changes["content"] = redact(changes["content"], kinds)
+        if "metadata" in changes:
+            changes["metadata"] = redact_json(changes["metadata"], kinds)
         changes = {k: v for k, v in changes.items() if getattr(memory, k) != v}
         if not changes:
             return memory

@@ -13,9 +13,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from stdnum import ean, iban, luhn
-from stdnum.ar import cuit
+from stdnum.ar import cbu, cuit
 from stdnum.br import cpf
 from stdnum.es import dni, nie
 from stdnum.exceptions import ValidationError
@@ -42,9 +43,12 @@ DOTS = "••••"
 # -- patterns ---------------------------------------------------------------------------------
 
 _I = re.IGNORECASE
-# A run of 13-19 digits, single spaces or dashes allowed between them; not part of a longer
-# number, a phone number (+...) or a word.
-_CARD = re.compile(r"(?<![\w+•])\d(?:[ \-]?\d){12,18}(?![\w•])")
+# A run of groups of digits with single spaces or dashes between them, not part of a word or a
+# phone number (+...): a card is found among its groups ("1 4111 1111 1111 1111 123" holds
+# one), so a quantity before it or a CVV after it does not hide it.
+_DIGIT_RUN = re.compile(r"(?<![\w+•])\d+(?:[ \-]\d+)*(?![\w•])")
+_GROUP = re.compile(r"\d+")
+MAX_CARD_GROUPS = 6  # a card is written in 1 to 5 groups; more is a list of numbers
 # Issuers' prefixes and the lengths their cards have: (first, last) prefix of a given number of
 # digits, lengths. A Luhn-valid number of another shape (a 14-digit tracking number starting
 # 28, say) is not a card.
@@ -66,41 +70,56 @@ _CARD_RANGES: tuple[tuple[int, int, int, frozenset[int]], ...] = (
     (56, 69, 2, frozenset(range(12, 20))),
 )
 _CVV = re.compile(
-    r"\b(?:cvv2?|cvc2?|cid|c[oó]digo\s+de\s+seguridad|security\s+code)\b"
+    r"(?<!\[)\b(?:cvv2?|cvc2?|ccv|cid|c[oó]digo\s+de\s+seguridad|c[oó]d\.?\s+seg(?:uridad)?|"
+    r"sec(?:urity)?\.?\s+code|c[oó]digo\s+de\s+atr[aá]s|(?:los\s+)?\d\s+(?:n[uú]meros\s+)?de\s+atr[aá]s|"
+    r"(?:the\s+)?\d\s+digits\s+on\s+the\s+back)\b"
     r"[^\d\n]{0,20}?(?<!\d)(\d{3,4})(?!\d)",
     _I,
 )
 # A card's placeholder followed by an expiry (optional) and 3-4 digits: the CVV written after it.
 _CVV_AFTER_CARD = re.compile(
     r"(\[tarjeta ••••\d{4}\])([\s,;:/-]*(?:(?:exp\w*|cad\w*|venc\w*|valid\w*)[\s.:]*)?"
-    r"(?:\d{1,2}\s*/\s*\d{2,4}[\s,;:-]*)?(?:(?:cvv|cvc|y|and)[\s.:]*)?)"
+    r"(?:\d{2}\s*/?\s*\d{2,4}[\s,;:-]+|\d\s*/\s*\d{2,4}[\s,;:-]*)?(?:(?:cvv|cvc|y|and)[\s.:]*)?)"
     r"(?<!\d)(\d{3,4})(?![\d/])"
 )
-_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?:[ ]?[A-Z0-9]){10,30}\b", _I)
+_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?:[ \-]?[A-Z0-9]){10,30}\b", _I)
+# Argentina's bank accounts, where IBANs do not apply: the CBU (22 digits, two checks, by
+# python-stdnum), when the clause names an account. (Mexico's CLABE has no check in
+# python-stdnum: not redacted.)
+_ACCOUNT = re.compile(
+    r"\b(?:cbu|cuenta|account|transferencia|transfer|dep[oó]sito|deposit)\b"
+    r"[^\d\n]{0,30}?(?<![\d+])(\d{22}|\d{8}[ \-]\d{14})(?![\d])",
+    _I,
+)
 # National ids (each confirmed by python-stdnum): DNI 12345678Z, NIE X1234567L, CURP, RFC,
 # CUIT 20-12345678-6 and CPF 123.456.789-09 (both also bare 11 digits, but then only when
 # named: "cuit", "cuil", "cpf").
 # (The letter after a space or a dash only in capitals: "84731247 y el..." is not a DNI.)
-_DNI = re.compile(r"(?<![\w+])\d{8}(?:[ \-]?[A-Z]|[a-z])(?!\w)")
+_DNI = re.compile(r"(?<![\w+.])(?:\d{8}|\d{1,2}\.\d{3}\.\d{3})(?:[ \-]?[A-Z]|[a-z])(?!\w)")
 _NIE = re.compile(r"(?<!\w)[XYZxyz][ \-]?\d{7}(?:[ \-]?[A-Z]|[a-z])(?!\w)")
 _CURP = re.compile(r"(?<!\w)[A-Z]{4}\d{6}[HMX][A-Z]{5}[A-Z0-9]\d(?!\w)", _I)
 _RFC = re.compile(r"(?<!\w)[A-ZÑ&]{3,4}\d{6}[A-Z0-9]{3}(?!\w)", _I)
 _CUIT = re.compile(r"(?<![\w+])\d{2}-\d{8}-\d(?!\w)")
 _CPF = re.compile(r"(?<![\w+])\d{3}\.\d{3}\.\d{3}-\d{2}(?!\w)")
-_NAMED_11 = re.compile(r"\b(cuit|cuil|cpf)\b[^\d\n]{0,15}?(?<![\d+])(\d{11})(?!\d)", _I)
+_NAMED_11 = re.compile(
+    r"\b(cuit|cuil|cpf)\b[^\d\n]{0,15}?(?<![\d+])"
+    r"(\d{11}|\d{3} \d{3} \d{3} \d{2}|\d{2} \d{8} \d)(?![\d])",
+    _I,
+)
 # One-time codes: 4-8 digits (or 3-3, 4-4 with a space or dash, as WhatsApp and banks write
 # them) after a word that names a secret code, with no more than a few words between; or
 # right before "es tu código", "is your code".
 _CODE_DIGITS = (
-    r"(?<![\d+/:€$£])(?<!\d[.,])(\d{4,8}|\d{3}[ \-]\d{3}|\d{4}[ \-]\d{4})"
-    r"(?![\d/:€$£%]|[.,]\d)"
+    r"(?<![\w+/€$£#])(?<!\d[.,:])(\d{3,4}(?:[ \-]\d{3,4}){1,2}|\d{4,8})"
+    r"(?![\w/:€$£%]|[.,]\d|-\d)"
 )
 _SECRET_WORD = (
-    r"c[oó]digos?|codes?|otp|pin|passcode|token|clave|contrase[nñ]a|password|"
+    r"c[oó]digos?|codes?|otp|pin|nip|passcode|token|clave|contrase[nñ]a|password|"
     r"verificaci[oó]n|verification|verify|2fa|autenticaci[oó]n|authentication|sms"
 )
+# (Not a word inside a placeholder: "[código] y 123456" stays as it is on a second pass.)
 _CODE_BEFORE = re.compile(
-    rf"\b(?P<word>{_SECRET_WORD})\b(?P<gap>[^\d\n]{{0,40}}?)" + _CODE_DIGITS, _I
+    rf"(?<!\[)\b(?P<word>{_SECRET_WORD})\b(?P<gap>[^\d\[]{{0,40}}?)" + _CODE_DIGITS, _I
 )
 _CODE_AFTER = re.compile(
     _CODE_DIGITS
@@ -116,14 +135,18 @@ _ORDINARY_CODE = re.compile(
     r"art[ií]culo|item|sku|barras|barcode|reserva|booking|reservation|referencia|reference|"
     r"ref|factura|invoice|ticket|cliente|customer|socio|member|[aá]rea|pa[ií]s|country|"
     r"regalo|gift|modelo|model|serie|serial|habitaci[oó]n|room|vuelo|flight|asiento|seat|"
-    r"localizador|incidencia|caso|case|expediente|n[uú]mero de|number of|precio|price)\b",
+    r"localizador|incidencia|caso|case|expediente|n[uú]mero de|number of|precio|price|"
+    r"error|errores|fallo|versi[oó]n|version|review|revisi[oó]n|hs|html?|http|status|"
+    r"estado|expira|expires?|expired|caduca|vence|validez)\b",
     _I,
 )
 _PASSWORD = re.compile(
-    r"\b(?:contrase[nñ]a|clave(?:\s+de\s+acceso)?|password|passwd|pwd)\b"
-    r"(?:\s+(?:nueva|new|actual|current|temporal|temporary|provisional|"
-    r"del?\s+\w+|for\s+(?:the\s+|my\s+)?\w+)){0,2}"
-    r"(?:\s*[:=]\s*|\s+(?:es|is|era|was|ser[aá]|sigue\s+siendo)\s*:?\s+)"
+    r"(?<!\[)\b(?:contrase[nñ]a|clave(?:\s+de\s+acceso)?|password|passwd|pwd|pw|pass(?=\s*[:=]))\b"
+    r"(?:\s+(?:nueva|new|actual|current|temporal|temporary|provisional|ahora|now|"
+    r"que\s+(?:puse|tengo|uso|use|elegí|elegi|cambié|cambie)|(?:que|which|I)\s+\w+|"
+    r"del?\s+(?:la\s+|el\s+|mi\s+|tu\s+|su\s+)?\w+|para\s+\w+|for\s+(?:the\s+|my\s+)?\w+)){0,3}"
+    r"(?:\s*[:=]\s*|\s+(?:es|is|era|was|fue|ser[aá]|sigue\s+siendo)\s*:?\s+|"
+    r"\s*\n\s*|\s+(?=\S*\d))"
     r"[\"'«“]?(?P<secret>[^\s\"'»”]{3,64})"
     # "usuario ana, pass Perro12": a user name then a bare "pass"/"clave" and the secret.
     r"|\b(?:usuario|user(?:name)?|login)\b[^\n]{1,40}?\b(?:pass(?:word)?|clave|contrase[nñ]a|pwd)"
@@ -142,7 +165,7 @@ _ADDRESS = re.compile(
     _I,
 )
 # Fast path: a text with none of these holds nothing any kind looks for.
-_PASSWORD_WORD = re.compile(r"contrase|clave|pass|pwd", _I)
+_PASSWORD_WORD = re.compile(r"contrase|clave|pass|pwd|\bpw\b", _I)
 _ADDRESS_WORD = re.compile(
     r"calle|c/|avenida|avda|av\.|paseo|plaza|pza|carrera|cra|camino|"
     r"ronda|traves|rua|street|avenue|road|boulevard|blvd|lane|drive",
@@ -172,20 +195,47 @@ def _card_shaped(number: str) -> bool:
     )
 
 
-def _card(match: re.Match[str]) -> str | None:
-    raw = match.group(0)
+def _is_card(text: str, start: int, end: int) -> bool:
+    """Whether text[start:end] (digits, single spaces or dashes) is a card number."""
+    raw = text[start:end]
     number = _digits(raw)
     if not 12 <= len(number) <= 19 or not luhn.is_valid(number):
-        return None
-    if not _card_shaped(number) and not _named_card(match.string, match.start(), match.end()):
-        return None
+        return False
+    if not _card_shaped(number) and not _named_card(text, start, end):
+        return False
     # A bare 13-digit barcode (EAN-13) that happens to pass Luhn is a product, not a card; a
     # number the clause calls a tracking number, an order or an invoice is one.
     if len(number) == 13 and raw.isdigit() and ean.is_valid(number):
+        return False
+    return not _named_ordinary(text, start)
+
+
+def _card_run(match: re.Match[str]) -> str | None:
+    """The run with each card among its groups replaced: from the left, the longest stretch
+    of whole groups (12-19 digits) that is a card."""
+    text, base = match.string, match.start()
+    groups = [(g.start() + base, g.end() + base) for g in _GROUP.finditer(match.group(0))]
+    out: list[str] = []
+    last, i = base, 0
+    while i < len(groups):
+        best = None
+        digits = 0
+        for j in range(i, min(len(groups), i + MAX_CARD_GROUPS)):
+            digits += groups[j][1] - groups[j][0]
+            if digits > 19:
+                break
+            if digits >= 12 and _is_card(text, groups[i][0], groups[j][1]):
+                best = j
+        if best is None:
+            i += 1
+            continue
+        start, end = groups[i][0], groups[best][1]
+        out += [text[last:start], f"[tarjeta {DOTS}{_digits(text[start:end])[-4:]}]"]
+        last, i = end, best + 1
+    if not out:
         return None
-    if _named_ordinary(match.string, match.start()):
-        return None
-    return f"[tarjeta {DOTS}{number[-4:]}]"
+    out.append(text[last : match.end()])
+    return "".join(out)
 
 
 _CLAUSE_END = re.compile(r"[.;!?\n](?:\s|$)")
@@ -208,6 +258,9 @@ def _named_ordinary(text: str, start: int) -> bool:
     """Whether the words just before `start`, in the same clause, name an ordinary number (an
     order, a postcode, a tracking number) and no card."""
     before = _clause_before(text, start, 30)
+    # Only the words since the last number count: "habitación 1234, PIN de la caja 4321".
+    last_digit = max((i for i, ch in enumerate(before) if ch.isdigit()), default=-1)
+    before = before[last_digit + 1 :]
     return bool(_ORDINARY_CODE.search(before)) and not _CARD_WORD.search(before)
 
 
@@ -263,48 +316,19 @@ def _password(text: str) -> str:
 
 # Words after "mi contraseña es" that are not the password itself.
 _NOT_A_PASSWORD = frozenset(
-    [
-        "incorrecta",
-        "correcta",
-        "nueva",
-        "vieja",
-        "antigua",
-        "segura",
-        "larga",
-        "corta",
-        "la",
-        "el",
-        "una",
-        "un",
-        "mía",
-        "mia",
-        "tuya",
-        "wrong",
-        "correct",
-        "new",
-        "old",
-        "the",
-        "a",
-        "my",
-        "mine",
-        "your",
-        "too",
-        "muy",
-        "very",
-        "demasiado",
-        "igual",
-        "same",
-        "válida",
-        "valida",
-        "invalid",
-        "inválida",
-        "invalida",
-    ]
+    (  # noqa: SIM905 (a list of words reads better as text)
+        "incorrecta correcta nueva vieja antigua segura larga corta la el una un mía mia tuya "
+        "wrong correct new old the a my mine your too muy very demasiado igual same válida "
+        "valida invalid inválida invalida que not no working expired expirada caducada caduca "
+        "caducó expira forgot olvidé olvide olvidada tener ser hacer esperar paciencia "
+        "bloqueada locked blocked reset resetear cambiada changed required obligatoria needed "
+        "necesaria ok okay fine bien mal de del en in on para for por with con sin without"
+    ).split()
 )
 
 
 def _cards(text: str) -> str:
-    return _sub(_CARD, text, _card)
+    return _sub(_DIGIT_RUN, text, _card_run)
 
 
 def _cvvs(text: str) -> str:
@@ -334,20 +358,30 @@ def _ibans(text: str) -> str:
 
 
 def _iban_end(text: str, start: int, end: int) -> int | None:
-    """Where the IBAN that starts at start ends: the longest stretch, cut back at spaces or one
-    character at a time, that passes the checksum."""
-    stop = end
-    while stop - start >= 15:
-        candidate = text[start:stop]
-        if not candidate[-1].isspace() and _valid(iban, candidate):
+    """Where the IBAN that starts at start ends: the longest stretch that ends at the match's
+    end or before one of its spaces or dashes ("ES91 2100 ... 1332 ABC" is the IBAN and a
+    word), holds 15-34 characters and passes the checksum. At most a few checks per match."""
+    stops = [end, *(p for p in range(end - 1, start, -1) if text[p] in " -")]
+    for stop in stops:
+        size = sum(1 for ch in text[start:stop] if ch not in " -")
+        if 15 <= size <= 34 and _valid(iban, text[start:stop]):
             return stop
-        stop -= 1
     return None
+
+
+def _accounts(text: str) -> str:
+    def replace(match: re.Match[str]) -> str | None:
+        number = _digits(match.group(1))
+        if not _valid(cbu, number):
+            return None
+        return _replace_group(match, 1, f"[CBU {DOTS}{number[-4:]}]")
+
+    return _sub(_ACCOUNT, text, replace)
 
 
 def _national_ids(text: str) -> str:
     text = _sub(_NIE, text, lambda m: "[NIE]" if _valid(nie, m.group(0)) else None)
-    text = _sub(_DNI, text, lambda m: "[DNI]" if _valid(dni, m.group(0)) else None)
+    text = _sub(_DNI, text, lambda m: "[DNI]" if _valid(dni, m.group(0).replace(".", "")) else None)
     text = _sub(_CURP, text, lambda m: "[CURP]" if _valid(curp, m.group(0)) else None)
     text = _sub(
         _RFC,
@@ -375,6 +409,8 @@ def _codes(text: str) -> str:
     def before(match: re.Match[str]) -> str | None:
         if _ORDINARY_CODE.search(match.group("gap")) or _ordinary_after(text, match.end()):
             return None
+        if _DATED_YEAR.search(text[max(0, match.end() - 16) : match.end()]):
+            return None
         if _named_ordinary(text, match.start()):
             return None
         return _replace_group(match, 3, "[código]")
@@ -386,8 +422,38 @@ def _codes(text: str) -> str:
 def _ordinary_after(text: str, end: int) -> bool:
     """'código 28013 postal' is rare; 'código de 28013' is not a secret either: only what comes
     right after the number counts, a unit or a currency."""
-    rest = text[end : end + 6].lstrip().lower()
-    return rest.startswith(("€", "eur", "usd", "$", "pesos", "euros", "km", "kg"))
+    rest = text[end : end + 12].lstrip().lower()
+    return rest.startswith(_UNITS)
+
+
+_UNITS = (
+    "€",
+    "eur",
+    "usd",
+    "$",
+    "pesos",
+    "euros",
+    "km",
+    "kg",
+    "segundo",
+    "second",
+    "minuto",
+    "minute",
+    "hora",
+    "hour",
+    "día",
+    "dia",
+    "day",
+    "ms",
+    "mb",
+    "gb",
+    "unidades",
+    "units",
+)
+# A year after a word that dates it ("caduca el 2025", "since 2019") is not a code.
+_DATED_YEAR = re.compile(
+    r"\b(?:el|en|in|on|de|del|desde|hasta|since|until|año|year|for)\s+(?:19|20)\d\d$", _I
+)
 
 
 def _emails(text: str) -> str:
@@ -424,12 +490,23 @@ _STEPS: dict[str, Callable[[str], str]] = {
     "password": _password,
     "card": _cards,
     "cvv": _cvvs,
-    "iban": _ibans,
+    "iban": lambda text: _accounts(_ibans(text)),
     "national_id": _national_ids,
     "code": _codes,
     "email": _emails,
     "address": _addresses,
 }
+
+
+def redact_json(value: Any, kinds: Iterable[str] = DEFAULT_KINDS) -> Any:
+    """A JSON value (a memory's metadata) with every string in it redacted; keys too."""
+    if isinstance(value, str):
+        return redact(value, kinds)
+    if isinstance(value, dict):
+        return {redact(str(k), kinds): redact_json(v, kinds) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_json(v, kinds) for v in value]
+    return value
 
 
 def kinds_of(setting: str | Sequence[str] | None) -> frozenset[str]:

@@ -15,7 +15,7 @@ from server.store.keys import KeyQueries
 from server.store.leases import Lease
 from server.store.memories import MemoryQueries
 from server.store.messages import MessageQueries
-from server.store.moves import MoveQueries, NothingToMove, PersonMove
+from server.store.moves import MoveQueries, NothingToMove, PersonBusy, PersonMove
 from server.store.optouts import OptOutQueries
 from server.store.outbox import OutboxQueries
 from server.store.pool import PoolStats
@@ -51,6 +51,7 @@ __all__ = [
     "Message",
     "NothingToMove",
     "OutboxItem",
+    "PersonBusy",
     "PersonErasure",
     "PersonMove",
     "StillActive",

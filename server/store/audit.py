@@ -66,13 +66,38 @@ class AuditQueries(Queries):
 
 
 FORGOTTEN = "[forgotten]"
+MOVE = "[move]"  # the query of a move's entry (store/moves.py)
 
 
 def redact_audit(conn: Conn, agent: str, phone: str) -> None:
     """Remove a forgotten person from the audit log. An entry that returned them, filtered by
     their phone or named it loses its query text too: a search that found someone is likely
     to quote their words ("who said ..."), which must go with them. Who searched and when
-    stay; so do the other people it returned."""
+    stay; so do the other people it returned. A person who moved here from other numbers
+    (a move's entry: filters.from) is removed under those numbers too, and theirs before."""
+    pending, seen = [phone], set()
+    while pending:
+        number = pending.pop()
+        if number not in seen:
+            seen.add(number)
+            pending.extend(_moved_from(conn, agent, number))
+            _redact_number(conn, agent, number)
+
+
+def _moved_from(conn: Conn, agent: str, phone: str) -> list[str]:
+    """The numbers this agent's person moved to `phone` from, by the moves' audit entries."""
+    rows = conn.execute(
+        "SELECT filters FROM audit WHERE query = ? AND filters LIKE ?", (MOVE, f"%{phone}%")
+    ).fetchall()
+    found = []
+    for row in rows:
+        filters = json.loads(row["filters"])
+        if filters.get("phone") == phone and agent in filters.get("agents", []):
+            found.append(str(filters.get("from")))
+    return found
+
+
+def _redact_number(conn: Conn, agent: str, phone: str) -> None:
     rows = conn.execute(
         "SELECT id, query, filters, results FROM audit"
         " WHERE results LIKE ? OR filters LIKE ? OR query LIKE ?",

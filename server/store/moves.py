@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from server.store.audit import person_exists
+from server.store.audit import MOVE, person_exists
 from server.store.db import Conn, Queries
 
 
@@ -27,6 +27,11 @@ class PersonMove:
 
 class NothingToMove(LookupError):
     """The old number holds nothing for this agent."""
+
+
+class PersonBusy(RuntimeError):
+    """A forget or a compaction of one of the two numbers is under way: moving now would
+    let rows escape the forget, or let the compaction overwrite the merged summary."""
 
 
 # Every turn, memory and summary of the person, queued for the indexer under the new number:
@@ -66,6 +71,7 @@ class MoveQueries(Queries):
                 self._db.lock_person(conn, agent, phone)  # in one order: no deadlock
             if not person_exists(conn, agent, old) and not _opted_out(conn, agent, old):
                 raise NothingToMove(f"nothing is stored for that number of agent {agent}")
+            _check_not_busy(conn, agent, (old, new), now)
             merged = person_exists(conn, agent, new)
             moved = {}
             for table in ("messages", "memories", "memory_history", "outbox"):
@@ -78,6 +84,14 @@ class MoveQueries(Queries):
             )
             summaries = _move_summary(conn, agent, old, new)
             opt_outs = _move_opt_out(conn, agent, old, new)
+            # A user turn lifts an opt-out recorded before it (store/messages.py): after a
+            # merge, a turn the person wrote from the other number may be that turn.
+            conn.execute(
+                "DELETE FROM opt_outs WHERE agent = ? AND phone = ? AND EXISTS (SELECT 1 FROM"
+                " messages WHERE messages.agent = opt_outs.agent AND messages.phone ="
+                " opt_outs.phone AND role = 'user' AND created_at > opted_out_at)",
+                (agent, new),
+            )
             for sql in _ENQUEUE:
                 conn.execute(sql, (now, agent, new))
             args = (agent, new)
@@ -111,7 +125,7 @@ class MoveQueries(Queries):
                 (
                     now,
                     actor,
-                    "[move]",
+                    MOVE,
                     json.dumps(
                         {
                             "action": "move",
@@ -132,6 +146,20 @@ class MoveQueries(Queries):
                 ),
             )
         return result
+
+
+def _check_not_busy(conn: Conn, agent: str, phones: tuple[str, str], now: str) -> None:
+    erasing = conn.execute(
+        "SELECT 1 FROM erasures WHERE agent = ? AND phone IN (?, ?)", (agent, *phones)
+    ).fetchone()
+    if erasing is not None:
+        raise PersonBusy("a forget of one of the two numbers is under way")
+    compacting = conn.execute(
+        "SELECT 1 FROM compaction_claims WHERE agent = ? AND phone IN (?, ?) AND until >= ?",
+        (agent, *phones, now),
+    ).fetchone()
+    if compacting is not None:
+        raise PersonBusy("a compaction of one of the two numbers is running; try again shortly")
 
 
 def _opted_out(conn: Conn, agent: str, phone: str) -> bool:

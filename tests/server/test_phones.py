@@ -302,3 +302,61 @@ def test_stored_whatsapp_mexican_numbers_are_folded_once_at_start_up(tmp_path: P
             "2030-01-01T00:00:00.000Z",
         )
         assert api.services.memory.fold_phone_numbers() == (0, 0)
+
+
+def test_a_move_waits_for_a_forget_or_a_compaction_under_way(api: Api) -> None:
+    """A forget journaled for either number (under way in another request or replica), or a
+    compaction claimed for either: 409 person_busy, nothing moved. Moving then would let rows
+    escape the forget, or let the compaction overwrite the merged summary."""
+    api.post_turn("hello")
+    url = person(AGENT, PHONE) + "/move"
+    settings = api.services.settings
+    for table, row in (
+        ("erasures (agent, phone, requested_at)", (AGENT, NEW, "2030-01-01T00:00:00.000Z")),
+        ("compaction_claims (agent, phone, holder, until)", (AGENT, PHONE, "other", "2999-01-01")),
+    ):
+        marks = ", ".join("?" * len(row))
+        execute(settings, f"INSERT INTO {table} VALUES ({marks})", *row)
+        assert_error(api.client.post(url, json={"to": NEW}, headers=admin()), 409, "person_busy")
+        assert contents(api, PHONE) == ["hello"] and contents(api, NEW) == []
+        execute(settings, f"DELETE FROM {table.split()[0]}")
+    expired = (AGENT, PHONE, "dead-process", "2000-01-01T00:00:00.000Z")
+    execute(settings, "INSERT INTO compaction_claims VALUES (?, ?, ?, ?)", *expired)
+    assert api.client.post(url, json={"to": NEW}, headers=admin()).status_code == 200
+
+
+def test_a_turn_written_from_the_new_number_after_the_opt_out_lifts_it(
+    api: Api, clock: FakeClock
+) -> None:
+    api.post_turn("hola", phone=PHONE)
+    api.client.post(person(AGENT, PHONE) + "/opt-out", headers=admin())
+    clock.advance(minutes=10)
+    api.post_turn("ya tengo número nuevo", phone=NEW)  # the person writes again
+    api.client.post(person(AGENT, PHONE) + "/move", json={"to": NEW}, headers=admin())
+    assert api.client.get(person(AGENT, NEW) + "/opt-out", headers=admin()).status_code == 404
+
+
+def test_forgetting_after_a_move_clears_searches_made_under_the_old_number(api: Api) -> None:
+    api.post_turn("mi perro Toby es alérgico al pollo")
+    api.index()
+    staff = api.key("staff")
+    asked = {"query": "perro Toby alérgico", "mode": "keyword"}
+    assert api.client.post("/v1/search", json=asked, headers=staff).json()["items"]
+    api.client.post(person(AGENT, PHONE) + "/move", json={"to": NEW}, headers=admin())
+    api.client.post(person(AGENT, NEW) + "/move", json={"to": SPAIN}, headers=admin())
+    api.client.delete(person(AGENT, SPAIN), headers=admin())
+    audit = json.dumps(api.client.get("/v1/audit", headers=admin()).json(), ensure_ascii=False)
+    for gone in (PHONE, NEW, SPAIN, "perro Toby"):
+        assert gone not in audit, gone
+
+
+def test_metadata_is_redacted_on_edit_too(api: Api) -> None:
+    made = api.client.post(
+        f"/v1/agents/{AGENT}/memories", json={"content": "x", "phone": PHONE}, headers=admin()
+    ).json()
+    edited = api.client.patch(
+        f"/v1/agents/{AGENT}/memories/{made['id']}",
+        json={"metadata": {"notes": ["pin 4821", {"iban": "ES9121000418450200051332"}]}},
+        headers=admin(),
+    )
+    assert edited.json()["metadata"] == {"notes": ["pin [código]", {"iban": "[IBAN ES91••••1332]"}]}
