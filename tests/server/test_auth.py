@@ -23,6 +23,7 @@ ENDPOINTS = [
     ("POST", f"{P}/compact", None, "write"),
     ("POST", f"{P}/opt-out", None, "write"),
     ("GET", f"{P}/opt-out", None, "read"),
+    ("POST", f"{P}/move", {"to": "+15557654321"}, "write"),
     ("POST", f"/v1/agents/{AGENT}/memories", {"content": "x", "phone": PHONE}, "write"),
     ("GET", f"/v1/agents/{AGENT}/memories/mem_unknown", None, "read"),
     ("GET", f"/v1/agents/{AGENT}/memories", None, "read"),
