@@ -256,7 +256,7 @@ def _forget(rt: Runtime, args: argparse.Namespace) -> int:
     from server.app import open_services
 
     agent = validation.agent_name(args.agent)
-    phone = validation.phone_number(args.phone)
+    phone = validation.stored_phone_number(args.phone)
     services = open_services(rt.settings, encoder_factory=rt.encoder_factory, follow_folder=True)
     try:
         gone = services.memory.forget_person(agent, phone)

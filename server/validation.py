@@ -52,6 +52,22 @@ def phone_number(value: str, *, code: str = "invalid_phone") -> str:
     return phonenumbers.format_number(folded, phonenumbers.PhoneNumberFormat.E164)
 
 
+# What an earlier release accepted: '+' and 8-15 digits, whether or not the number can exist.
+LEGACY_PHONE = re.compile(r"\+[0-9]{8,15}")  # used with fullmatch, never match
+
+
+def stored_phone_number(value: str) -> str:
+    """phone_number, or, for a number that cannot exist but that an earlier release stored
+    ('+99912345678'), that number as written: the command line's forget must reach everyone
+    whose data is kept (README, 'Phone numbers')."""
+    try:
+        return phone_number(value)
+    except InvalidInput:
+        if LEGACY_PHONE.fullmatch(value.strip()):
+            return value.strip()
+        raise
+
+
 def fold_mexican_mobile(number: phonenumbers.PhoneNumber) -> phonenumbers.PhoneNumber:
     """+52 1 XXXXXXXXXX (the mobile prefix Mexico dropped in 2019, which WhatsApp still
     reports) becomes +52 XXXXXXXXXX."""

@@ -109,8 +109,19 @@ def test_the_cli_reads_numbers_as_the_api_does(
     argv = ["forget", "--agent", AGENT, "--phone", "+34 600 11 12 22", "--json"]
     assert main(argv, encoder_factory=fake_factory) == 0
     assert json.loads(capsys.readouterr().out)["deleted"]["messages"] == 1
-    assert main(["forget", "--agent", AGENT, "--phone", "+99912345678"]) == 2
     assert contents(api, SPAIN) == []
+    assert main(["forget", "--agent", AGENT, "--phone", "34600111222"]) == 2  # no country
+    # A number an earlier release stored, which the API refuses now, can still be forgotten.
+    execute(
+        api.services.settings,
+        "INSERT INTO messages (agent, phone, role, content, created_at, stored_at, archived)"
+        " VALUES (?, '+99912345678', 'user', 'from an older release', ?, ?, 0)",
+        AGENT,
+        "2030-01-01T00:00:00.000Z",
+        "2030-01-01T00:00:00.000Z",
+    )
+    assert main([*argv[:4], "+99912345678", "--json"], encoder_factory=fake_factory) == 0
+    assert json.loads(capsys.readouterr().out)["deleted"]["messages"] == 1
 
 
 # -- a person who changes number ------------------------------------------------------------
