@@ -4,7 +4,9 @@ with what the new number already holds, in one transaction."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from server.store.audit import MOVE, person_exists
 from server.store.db import Conn, Queries
@@ -82,8 +84,11 @@ class MoveQueries(Queries):
             conn.execute(
                 "DELETE FROM compaction_claims WHERE agent = ? AND phone = ?", (agent, old)
             )
-            summaries = _move_summary(conn, agent, old, new)
-            opt_outs = _move_opt_out(conn, agent, old, new)
+            keys = (agent, old, new)
+            summaries = _move_row(
+                conn, "summaries", "text, through_id, updated_at", keys, _merged_summaries
+            )
+            opt_outs = _move_row(conn, "opt_outs", "opted_out_at", keys, _merged_opt_outs)
             # A user turn lifts an opt-out recorded before it (store/messages.py): after a
             # merge, a turn the person wrote from the other number may be that turn.
             conn.execute(
@@ -169,48 +174,47 @@ def _opted_out(conn: Conn, agent: str, phone: str) -> bool:
     return row is not None
 
 
-def _move_summary(conn: Conn, agent: str, old: str, new: str) -> int:
-    select = "SELECT text, through_id, updated_at FROM summaries WHERE agent = ? AND phone = ?"
+def _move_row(
+    conn: Conn,
+    table: str,
+    columns: str,
+    keys: tuple[str, str, str],
+    merge: Callable[[Any, Any], dict[str, Any]],
+) -> int:
+    """Move the person's one row of a table keyed by (agent, phone) from the old number to the
+    new; if the new number has one already, the two become one: `merge(moving, staying)` gives
+    the columns to set on the staying row, and the moving row goes. Returns the rows moved."""
+    agent, old, new = keys
+    select = f"SELECT {columns} FROM {table} WHERE agent = ? AND phone = ?"
     moving = conn.execute(select, (agent, old)).fetchone()
     if moving is None:
         return 0
     staying = conn.execute(select, (agent, new)).fetchone()
     if staying is None:
         conn.execute(
-            "UPDATE summaries SET phone = ? WHERE agent = ? AND phone = ?", (new, agent, old)
+            f"UPDATE {table} SET phone = ? WHERE agent = ? AND phone = ?", (new, *keys[:2])
         )
         return 1
+    values = merge(moving, staying)
+    sets = ", ".join(f"{column} = ?" for column in values)
+    conn.execute(
+        f"UPDATE {table} SET {sets} WHERE agent = ? AND phone = ?", (*values.values(), agent, new)
+    )
+    conn.execute(f"DELETE FROM {table} WHERE agent = ? AND phone = ?", (agent, old))
+    return 1
+
+
+def _merged_summaries(moving: Any, staying: Any) -> dict[str, Any]:
+    """Both texts, the older first; the later of the two marks."""
     first, second = sorted([tuple(moving), tuple(staying)], key=lambda r: str(r[2]))
     throughs = [t for t in (moving[1], staying[1]) if t is not None]
-    conn.execute(
-        "UPDATE summaries SET text = ?, through_id = ?, updated_at = ?"
-        " WHERE agent = ? AND phone = ?",
-        (
-            f"{first[0]}\n\n{second[0]}",
-            max(throughs) if throughs else None,
-            second[2],
-            agent,
-            new,
-        ),
-    )
-    conn.execute("DELETE FROM summaries WHERE agent = ? AND phone = ?", (agent, old))
-    return 1
+    return {
+        "text": f"{first[0]}\n\n{second[0]}",
+        "through_id": max(throughs) if throughs else None,
+        "updated_at": second[2],
+    }
 
 
-def _move_opt_out(conn: Conn, agent: str, old: str, new: str) -> int:
-    select = "SELECT opted_out_at FROM opt_outs WHERE agent = ? AND phone = ?"
-    moving = conn.execute(select, (agent, old)).fetchone()
-    if moving is None:
-        return 0
-    staying = conn.execute(select, (agent, new)).fetchone()
-    if staying is None:
-        conn.execute(
-            "UPDATE opt_outs SET phone = ? WHERE agent = ? AND phone = ?", (new, agent, old)
-        )
-    else:
-        conn.execute(
-            "UPDATE opt_outs SET opted_out_at = ? WHERE agent = ? AND phone = ?",
-            (min(str(moving[0]), str(staying[0])), agent, new),
-        )
-        conn.execute("DELETE FROM opt_outs WHERE agent = ? AND phone = ?", (agent, old))
-    return 1
+def _merged_opt_outs(moving: Any, staying: Any) -> dict[str, Any]:
+    """The first opt-out stays (as a second opt-out keeps the first)."""
+    return {"opted_out_at": min(str(moving[0]), str(staying[0]))}
