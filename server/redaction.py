@@ -46,7 +46,8 @@ _I = re.IGNORECASE
 # A run of groups of digits with single spaces or dashes between them, not part of a word or a
 # phone number (+...): a card is found among its groups ("1 4111 1111 1111 1111 123" holds
 # one), so a quantity before it or a CVV after it does not hide it.
-_DIGIT_RUN = re.compile(r"(?<![\w+•])\d+(?:[ \-]\d+)*(?![\w•])")
+# (Separators: a space, a no-break space, a dash or a dot: "4111.1111.1111.1111".)
+_DIGIT_RUN = re.compile(r"(?<![\w+•.])\d+(?:[ \u00a0\u202f.\-]\d+)*(?![\w•])")
 _GROUP = re.compile(r"\d+")
 MAX_CARD_GROUPS = 6  # a card is written in 1 to 5 groups; more is a list of numbers
 # Issuers' prefixes and the lengths their cards have: (first, last) prefix of a given number of
@@ -118,8 +119,13 @@ _SECRET_WORD = (
     r"verificaci[oó]n|verification|verify|2fa|autenticaci[oó]n|authentication|sms"
 )
 # (Not a word inside a placeholder: "[código] y 123456" stays as it is on a second pass.)
+# Words between the keyword and the code: up to SHORT_GAP characters, or up to LONG_GAP when
+# they end in a verb that introduces it ("el código que me mandaron por SMS al celular fue
+# el 948271").
+SHORT_GAP, LONG_GAP = 40, 80
+_INTRODUCES = re.compile(r"(?:\b(?:es|fue|era|ser[aá]|is|was)|[:=])\s*(?:el|la|the)?\s*$", _I)
 _CODE_BEFORE = re.compile(
-    rf"(?<!\[)\b(?P<word>{_SECRET_WORD})\b(?P<gap>[^\d\[]{{0,40}}?)" + _CODE_DIGITS, _I
+    rf"(?<!\[)\b(?P<word>{_SECRET_WORD})\b(?P<gap>[^\d\[.!?;]{{0,{LONG_GAP}}}?)" + _CODE_DIGITS, _I
 )
 _CODE_AFTER = re.compile(
     _CODE_DIGITS
@@ -214,6 +220,8 @@ def _card_run(match: re.Match[str]) -> str | None:
     """The run with each card among its groups replaced: from the left, the longest stretch
     of whole groups (12-19 digits) that is a card."""
     text, base = match.string, match.start()
+    if match.end() - base < 12:  # fewer than 12 characters: fewer than 12 digits
+        return None
     groups = [(g.start() + base, g.end() + base) for g in _GROUP.finditer(match.group(0))]
     out: list[str] = []
     last, i = base, 0
@@ -379,7 +387,14 @@ def _accounts(text: str) -> str:
     return _sub(_ACCOUNT, text, replace)
 
 
+# Every national id holds six digits in a row, or three groups of three with dots (a CPF, a
+# DNI written 12.345.678-Z): a text without either holds none.
+_ID_DIGITS = re.compile(r"\d{6}|\d\.\d{3}\.\d{3}|\d{2}-\d{8}|\d{3} \d{3} \d{3}")
+
+
 def _national_ids(text: str) -> str:
+    if not _ID_DIGITS.search(text):
+        return text
     text = _sub(_NIE, text, lambda m: "[NIE]" if _valid(nie, m.group(0)) else None)
     text = _sub(_DNI, text, lambda m: "[DNI]" if _valid(dni, m.group(0).replace(".", "")) else None)
     text = _sub(_CURP, text, lambda m: "[CURP]" if _valid(curp, m.group(0)) else None)
@@ -407,7 +422,10 @@ def _codes(text: str) -> str:
         return text
 
     def before(match: re.Match[str]) -> str | None:
-        if _ORDINARY_CODE.search(match.group("gap")) or _ordinary_after(text, match.end()):
+        gap = match.group("gap")
+        if len(gap) > SHORT_GAP and not _INTRODUCES.search(gap):
+            return None
+        if _ORDINARY_CODE.search(gap) or _ordinary_after(text, match.end()):
             return None
         if _DATED_YEAR.search(text[max(0, match.end() - 16) : match.end()]):
             return None

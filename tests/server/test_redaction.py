@@ -93,6 +93,12 @@ RAW = [
         ("la clave de mi cuenta es Perro123", "la clave de mi cuenta es [contraseña]"),
         ("pass: Perro123", "pass: [contraseña]"),
         ("my pw is hunter2", "my pw is [contraseña]"),
+        ("4111.1111.1111.1111", "[tarjeta ••••1111]"),
+        ("4111\u00a01111\u00a01111\u00a01111", "[tarjeta ••••1111]"),
+        (
+            "el código que me mandaron por mensaje al celular fue el 948271",
+            "el código que me mandaron por mensaje al celular fue el [código]",
+        ),
     ],
 )
 def test_each_kind_becomes_a_readable_placeholder(text: str, expected: str) -> None:
@@ -127,6 +133,8 @@ def test_each_kind_becomes_a_readable_placeholder(text: str, expected: str) -> N
         "La clave es que llegue el 15",
         "El precio es 1.234,56 € y el pedido 12345",
         "Llámame al +34 600 11 12 22 a las 10:30",
+        "el código no me llega, lo pedí hace una hora y sigo esperando, mi pedido es el 12345678",
+        "El precio es 1.234,56 € y la IP 192.168.1.1, el 12.03.2026",
     ],
 )
 def test_ordinary_numbers_and_near_misses_stay_as_written(text: str) -> None:
