@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 
@@ -97,6 +97,28 @@ class VectorSpace:
         if callable(vector):
             vector = vector()
         return self.index.search(vector, where=where, k=k, min_score=min_score)
+
+
+T = TypeVar("T")
+MAX_SEARCH_DEPTH = 4000  # how deep a search reads into the index to fill what the store thins
+
+
+def search_deeper(
+    search: Callable[[int], list[Hit]],
+    keep: Callable[[list[Hit]], list[T]],
+    want: int,
+    depth: int,
+) -> list[T]:
+    """The first `want` items `keep` makes of `search(depth)`'s hits. The store may turn
+    hits down (stale in the index, not true at a time asked for, other metadata), leaving too
+    few: then the search reads four times deeper, while the index has more, up to
+    MAX_SEARCH_DEPTH."""
+    while True:
+        hits = search(depth)
+        found = keep(hits)
+        if len(found) >= want or len(hits) < depth or depth >= MAX_SEARCH_DEPTH:
+            return found[:want]
+        depth = min(MAX_SEARCH_DEPTH, depth * 4)
 
 
 def turn_row(message: Message, text: str | None = None) -> IndexRow:

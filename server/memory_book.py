@@ -6,12 +6,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from embeddings.index import quote
+from embeddings.index import Hit, quote
 from server.agent_settings import AgentSettings
 from server.clock import Clock, format_time, utc_now
 from server.errors import NotFound
 from server.hooks import Hooks
-from server.indexer import Indexer, fact_row
+from server.indexer import Indexer, fact_row, search_deeper
 from server.redaction import redact, redact_json
 from server.store import HistoryEntry, Memory, MemoryFilter, Store
 
@@ -35,10 +35,6 @@ class MemoryQuery:
 class Scored:
     memory: Memory
     score: float
-
-
-# How deep a search reads into the index to fill a page the store thins out.
-MAX_DEPTH = 4000
 
 
 class MemoryBook:
@@ -174,22 +170,24 @@ class MemoryBook:
         the index does not hold, is checked on a wider candidate set."""
         depth = q.limit if not q.metadata else min(1000, q.limit * 20)
         where = self._where(agent, q)
-        while True:
-            hits = self._indexer.space.retrieve(
-                q.mode, q.query, where=where, k=depth, min_score=q.threshold
-            )
+        space = self._indexer.space
+
+        def keep(hits: list[Hit]) -> list[Scored]:
             current = self._store.memories_by_ids([h.row.ref_id for h in hits])
-            found: list[Scored] = []
-            for hit in hits:
-                memory = current.get(hit.row.ref_id)
-                if memory is None or memory.agent != agent or not _matches(memory, q):
-                    continue
-                found.append(Scored(memory, round(hit.score, 4)))
-            # Hits the store turns down (not true at valid_at, stale in the index, other
-            # metadata) leave the page short: read deeper while the index has more.
-            if len(found) >= q.limit or len(hits) < depth or depth >= MAX_DEPTH:
-                return found[: q.limit]
-            depth = min(MAX_DEPTH, depth * 4)
+            return [
+                Scored(memory, round(hit.score, 4))
+                for hit in hits
+                if (memory := current.get(hit.row.ref_id)) is not None
+                and memory.agent == agent
+                and _matches(memory, q)
+            ]
+
+        return search_deeper(
+            lambda k: space.retrieve(q.mode, q.query, where=where, k=k, min_score=q.threshold),
+            keep,
+            want=q.limit,
+            depth=depth,
+        )
 
     @staticmethod
     def _where(agent: str, q: MemoryQuery) -> str:

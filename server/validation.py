@@ -69,8 +69,8 @@ def stored_phone_number(value: str) -> str:
 
 
 def fold_mexican_mobile(number: phonenumbers.PhoneNumber) -> phonenumbers.PhoneNumber:
-    """+52 1 XXXXXXXXXX (the mobile prefix Mexico dropped in 2019, which WhatsApp still
-    reports) becomes +52 XXXXXXXXXX."""
+    """'+52 1 55 1234 5678' (a mobile with the '1' Mexico dropped in 2019, which WhatsApp
+    still reports) becomes '+52 55 1234 5678', the same person's number everywhere else."""
     national = str(number.national_number)
     if number.country_code == 52 and len(national) == 11 and national.startswith("1"):
         return phonenumbers.PhoneNumber(country_code=52, national_number=int(national[1:]))
