@@ -87,6 +87,8 @@ from server.schemas import (
     MessageStored,
     MoveOut,
     OptOutOut,
+    PersonNameIn,
+    PersonNameOut,
     StaffSearchIn,
     StaffSearchOut,
 )
@@ -138,6 +140,10 @@ def _text(response: httpx.Response) -> str:
     return response.text
 
 
+def _nothing(response: httpx.Response) -> None:
+    return None
+
+
 def _segment(value: str) -> str:
     """A path segment, URL-encoded: a phone's `+` travels as %2B."""
     return quote(str(value), safe="")
@@ -178,11 +184,18 @@ def _remember(
     *,
     number: str | None = None,
     created_at: str | None = None,
+    name: str | None = None,
 ) -> _Call[MessageStored]:
     """Store one turn (role "user" or "assistant"). With an event_id the same event again
-    stores nothing (`stored` false), so this call is retried only when it has one."""
+    stores nothing (`stored` false), so this call is retried only when it has one. A `name`
+    (the person's WhatsApp profile name) becomes theirs when it differs from the stored one."""
     values = _given(
-        role=role, content=content, event_id=event_id, number=number, created_at=created_at
+        role=role,
+        content=content,
+        event_id=event_id,
+        number=number,
+        created_at=created_at,
+        name=name,
     )
     return _Call(
         "POST",
@@ -256,6 +269,24 @@ def _move(agent: str, phone: str, to: str) -> _Call[MoveOut]:
     """The person changed number: everything stored about them moves to `to` (merged if it
     has memory already). Not retried: a move that went through leaves nothing to move (404)."""
     return _Call("POST", _person(agent, phone) + "/move", _json(MoveOut), body={"to": to})
+
+
+def _set_name(agent: str, phone: str, name: str) -> _Call[PersonNameOut]:
+    """Set the name the agent knows the person by (retried: the same name changes nothing)."""
+    body = _body(PersonNameIn, {"name": name})
+    return _Call(
+        "PUT", _person(agent, phone) + "/name", _json(PersonNameOut), body=body, idempotent=True
+    )
+
+
+def _get_name(agent: str, phone: str) -> _Call[PersonNameOut]:
+    """The person's name; MemoryServerError 404 (name_not_set) when none is set."""
+    return _Call("GET", _person(agent, phone) + "/name", _json(PersonNameOut), idempotent=True)
+
+
+def _clear_name(agent: str, phone: str) -> _Call[None]:
+    """Clear the person's name."""
+    return _Call("DELETE", _person(agent, phone) + "/name", _nothing, idempotent=True)
 
 
 def _compact(agent: str, phone: str) -> _Call[CompactOut]:
@@ -681,6 +712,9 @@ class _Client(ABC):
     export = _Endpoint(_export)
     forget = _Endpoint(_forget)
     move = _Endpoint(_move)
+    set_name = _Endpoint(_set_name)
+    get_name = _Endpoint(_get_name)
+    clear_name = _Endpoint(_clear_name)
     compact = _Endpoint(_compact)
     opt_out = _Endpoint(_opt_out)
     get_opt_out = _Endpoint(_get_opt_out)

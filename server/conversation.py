@@ -32,12 +32,13 @@ from server.store import (
     PersonBusy,
     PersonErasure,
     PersonMove,
+    PersonName,
     StillActive,
     Store,
     Summary,
 )
 from server.validation import one_line, phone_number
-from server.words import terms, without_names
+from server.words import name_words, terms, without_names
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,7 @@ class Context:
     query: str | None = None
     opted_out_at: str | None = None
     excerpts_text: str = ""
+    name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +116,7 @@ class PersonExport:
     memories: list[Memory]
     history: dict[str, list[Any]] = field(default_factory=dict)
     opted_out_at: str | None = None
+    name: PersonName | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,10 +179,12 @@ class MemoryService:
         event_id: str | None = None,
         number: str | None = None,
         created_at: str | None = None,
+        name: str | None = None,
     ) -> tuple[int, bool]:
         """Store one turn, its secrets redacted first (the agent's `redact` kinds); (id,
         False) when the event_id was seen before. A new user turn lifts the person's opt-out
-        recorded before it (server/store/messages.py)."""
+        recorded before it (server/store/messages.py). A `name` (the person's, as the
+        messaging provider gives it) becomes theirs when it differs from the one stored."""
         config = self.agent_config(agent)
         content = redact(content, config.redact)  # (outside the person's lock)
         with self._people.hold((agent, phone)):
@@ -192,10 +197,35 @@ class MemoryService:
                 number=number,
                 created_at=created_at,
             )
+            if name is not None:
+                known = self._store.name_of(agent, phone)  # a read; a write only on a change
+                if known is None or known.name != name:
+                    self._store.set_name(agent, phone, name, name_words(name))
         if stored:
             self._compaction.after_turn(agent, phone, role, config)
         self._indexer.wake()
         return message_id, stored
+
+    # -- the person's name ------------------------------------------------------------------
+
+    def set_person_name(self, agent: str, phone: str, name: str) -> PersonName:
+        """Set the name the agent knows the person by: shown in the context, left out of the
+        excerpts' search, and how staff search finds whom a question names."""
+        with self._people.hold((agent, phone)):
+            return self._store.set_name(agent, phone, name, name_words(name))
+
+    def clear_person_name(self, agent: str, phone: str) -> bool:
+        with self._people.hold((agent, phone)):
+            return self._store.clear_name(agent, phone)
+
+    def person_name(self, agent: str, phone: str) -> PersonName | None:
+        return self._store.name_of(agent, phone)
+
+    def _names(self, person: PersonTurns | None, stored: PersonName | None) -> frozenset[str]:
+        """Folded names the person goes by: the one set for them, and those their chat
+        addresses its people by (server/words.py)."""
+        learned = person.names if person is not None else frozenset()
+        return learned | frozenset(name_words(stored.name)) if stored else learned
 
     # -- opt-out -----------------------------------------------------------------------------
 
@@ -264,6 +294,7 @@ class MemoryService:
             or _newest_user_text(self._store.recent_turns(agent, phone, 1))
         )
         top_k = _pick(request.k, config.top_k)
+        stored_name = self._store.name_of(agent, phone)
         facts: list[FactHit]
         excerpts: list[ExcerptHit] = []
         if query:
@@ -271,7 +302,7 @@ class MemoryService:
             # say it are greetings. Facts keep the question as asked (they name the person
             # as the question does). Both embeddings and the keyword half run at once.
             person = self.person_turns(agent, phone)
-            excerpt_query = without_names(query, person.names) if person else query
+            excerpt_query = without_names(query, self._names(person, stored_name))
             encoder = self._indexer.space.encoder
             embedding = self._searches.submit(lambda: encoder.encode_query([query])[0])
             excerpt_embedding = (
@@ -321,6 +352,7 @@ class MemoryService:
             query=query,
             opted_out_at=self._store.opted_out_at(agent, phone),
             excerpts_text=render_excerpts(excerpts),
+            name=stored_name.name if stored_name else None,
         )
 
     def search_facts(
@@ -452,7 +484,7 @@ class MemoryService:
         person = self.person_turns(agent, phone)
         if person is None or not query.strip():
             return []
-        query = without_names(query, person.names)
+        query = without_names(query, self._names(person, self._store.name_of(agent, phone)))
         encoder = self._indexer.space.encoder
         made: list[Vectors] = []
 
@@ -653,6 +685,7 @@ class MemoryService:
             memories=memories,
             history=history,
             opted_out_at=self._store.opted_out_at(agent, phone),
+            name=self._store.name_of(agent, phone),
         )
 
     def fold_phone_numbers(self) -> tuple[int, int]:

@@ -104,6 +104,13 @@ class PersonNotFound(ApiError):
     code = "person_not_found"
 
 
+class NameNotSet(ApiError):
+    """No name is set for the person."""
+
+    status = 404
+    code = "name_not_set"
+
+
 class PersonBusyError(ApiError):
     """A forget or a compaction of the person is under way: try the move again shortly."""
 

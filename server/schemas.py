@@ -40,6 +40,11 @@ class MessageCreate(Strict):
         None, description="The sending (business) number in E.164, kept for audit only."
     )
     created_at: str | None = Field(None, description="When the turn happened (ISO 8601).")
+    name: str | None = Field(
+        None,
+        description="The person's name as the messaging provider gives it (a WhatsApp profile"
+        " name): stored as theirs when it differs from the one stored (see PUT .../name).",
+    )
 
 
 class MessageStored(BaseModel):
@@ -133,6 +138,35 @@ class ContextOut(BaseModel):
         description="The excerpts rendered for the model's instructions: window after window"
         " (best first), each in time order, one dated line a turn; empty when there are none.",
     )
+    name: str | None = Field(
+        None, description="The person's name, when one is set (PUT .../name); else null."
+    )
+
+
+# -- the person's name -------------------------------------------------------------------------
+
+
+class PersonNameIn(Strict):
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"name": "Carmen López"}]}
+    )
+
+    name: str = Field(
+        description="The name the agent knows the person by: 1 to 100 characters with a"
+        " letter, spaces collapsed.",
+        max_length=1000,
+    )
+
+
+class PersonNameOut(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"name": "Carmen López", "updated_at": "2026-03-01T09:00:00.000Z"}]
+        }
+    )
+
+    name: str
+    updated_at: str
 
 
 # -- export and erasure -------------------------------------------------------------------------
@@ -271,6 +305,7 @@ class ExportOut(BaseModel):
     opted_out_at: str | None = Field(
         None, description="When the person opted out (STOP), null when not opted out."
     )
+    name: PersonNameOut | None = Field(None, description="The person's name, when one is set.")
 
 
 class DeletedCounts(BaseModel):
@@ -301,6 +336,7 @@ class MovedCounts(BaseModel):
     memories: int
     summaries: int
     opt_outs: int
+    names: int = Field(0, description="1 when the old number's name became the new one's.")
 
 
 class MoveOut(BaseModel):
@@ -311,7 +347,13 @@ class MoveOut(BaseModel):
                 {
                     "from": "+34600111222",
                     "to": "+34600111333",
-                    "moved": {"messages": 120, "memories": 9, "summaries": 1, "opt_outs": 0},
+                    "moved": {
+                        "messages": 120,
+                        "memories": 9,
+                        "summaries": 1,
+                        "opt_outs": 0,
+                        "names": 0,
+                    },
                     "merged": False,
                 }
             ]

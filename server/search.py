@@ -29,6 +29,10 @@ KIND_OF = {"facts": "fact", "turns": "turn", "summaries": "summary"}
 NAME_PROBE = 50
 # People a name may name whose items are weighed against the rest of the question.
 NAMED_CANDIDATES = 5
+# A name set for the person (PUT .../name) counts as this many vocatives: it says more.
+NAME_SET_WEIGHT = 10
+# At most this many people that share a name are weighed against the rest of the question.
+NAMED_POOL = 500
 _WORD = re.compile(r"\w+", re.UNICODE)
 _STOPWORDS = frozenset(
     [
@@ -139,7 +143,7 @@ class StaffSearch:
         never_hidden = _never_hidden(q)
         hits: list[Hit] = []
         own: list[Found] = []  # a named person's archived turns, ranked by her own words
-        named = self._named_person(q, where) if q.phone is None else None
+        named = self._named_person(q, where, agents) if q.phone is None else None
         if named is not None:
             # "What is Carmen allergic to?": Carmen's own items first, ranked by the rest of
             # the question (her name is in greetings, not in what she said), then the rest;
@@ -214,18 +218,26 @@ class StaffSearch:
             hidden=len(there) - len(shown),
         )
 
-    def _named_person(self, q: StaffQuery, where: str) -> tuple[str, str, str] | None:
+    def _named_person(
+        self, q: StaffQuery, where: str, agents: list[str] | None
+    ) -> tuple[str, str, str] | None:
         """(agent, phone, folded name) of the person a capitalised word of the query names:
-        one their chat addresses by it ("Hola Carmen, …", "Thanks, Carmen!"; server/words.py)
-        at least twice. When the chats of several people address them so (two Johns), the one
-        whose items best match the rest of the question. None when no word names anyone."""
+        one whose name (PUT .../name) has that word, or one their chat addresses by it ("Hola
+        Carmen, …", "Thanks, Carmen!"; server/words.py) at least twice. When several people
+        are named so (two Johns), the one whose items best match the rest of the question,
+        among the most named (a set name counts as much as NAME_SET_WEIGHT vocatives). None
+        when no word names anyone."""
         candidates = {
             words.fold(w) for w in _WORD.findall(q.query) if len(w) >= 3 and w[0].isupper()
         }
         if not candidates or "turn" not in {KIND_OF[k] for k in q.kinds}:
             return None
         turns = re.sub(r"kind IN \([^)]*\)", "kind = 'turn'", where)
-        named: list[tuple[int, str, str, str]] = []  # (vocatives, agent, phone, name)
+        # (agent, phone, name): how often the person is named so
+        called = {
+            person: NAME_SET_WEIGHT
+            for person in self._store.people_called(sorted(candidates), agents)
+        }
         for name in sorted(candidates):
             counts: dict[tuple[str, str], int] = {}
             for hit in self._indexer.space.index.keyword(
@@ -234,16 +246,19 @@ class StaffSearch:
                 if name in set(words.vocatives(hit.row.content)):
                     key = (hit.row.agent, hit.row.phone)
                     counts[key] = counts.get(key, 0) + 1
-            named += [
-                (n, agent, phone, name)
-                for (agent, phone), n in counts.items()
-                if n >= words.NAME_MIN_VOCATIVES
-            ]
+            for (agent, phone), n in counts.items():
+                if n >= words.NAME_MIN_VOCATIVES or (agent, phone, name) in called:
+                    called[(agent, phone, name)] = called.get((agent, phone, name), 0) + n
+        named = [(n, agent, phone, name) for (agent, phone, name), n in called.items()]
         if not named:
             return None
         named.sort(key=lambda c: (-c[0], c[1], c[2]))
         if len(named) == 1:
             return named[0][1:]
+        if len(named) > NAMED_CANDIDATES and named[NAMED_CANDIDATES][0] == named[0][0]:
+            # A common name many people have as theirs (a thousand Marías): the one whose
+            # items best answer the rest of the question, one search per name among them all.
+            return self._best_answer(q, where, named[:NAMED_POOL])
 
         def answers(candidate: tuple[int, str, str, str]) -> float:
             _, agent, phone, name = candidate
@@ -260,6 +275,33 @@ class StaffSearch:
 
         best = max(named[:NAMED_CANDIDATES], key=answers)  # the first of equals: most named
         return best[1:]
+
+    def _best_answer(
+        self, q: StaffQuery, where: str, named: list[tuple[int, str, str, str]]
+    ) -> tuple[str, str, str] | None:
+        """Of these people (count, agent, phone, name), the one with the item that best
+        matches the question without the name; None when none has a match."""
+        best: tuple[float, str, str, str] | None = None
+        for name in sorted({c[3] for c in named}):
+            people: dict[str, list[str]] = {}
+            for _, agent, phone, n in named:
+                if n == name:
+                    people.setdefault(agent, []).append(phone)
+            among = " OR ".join(
+                f"(agent = {quote(agent)} AND phone IN ({', '.join(quote(p) for p in phones)}))"
+                for agent, phones in sorted(people.items())
+            )
+            hits = self._indexer.space.retrieve(
+                q.mode,
+                words.without_names(q.query, {name}),
+                where=f"{where} AND ({among})",
+                k=1,
+                min_score=q.threshold,
+                own_words=True,
+            )
+            if hits and (best is None or hits[0].score > best[0]):
+                best = (hits[0].score, hits[0].row.agent, hits[0].row.phone, name)
+        return best[1:] if best is not None else None
 
     @staticmethod
     def _allowed_agents(principal: Principal, asked: list[str] | None) -> list[str] | None:

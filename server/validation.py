@@ -90,6 +90,23 @@ def text_content(value: str, *, limit: int, what: str = "content") -> str:
     return value
 
 
+# The longest name of a person (a WhatsApp profile name is at most 25 characters).
+MAX_NAME_CHARS = 100
+
+
+def person_name(value: str) -> str:
+    """A person's name: one line of at most MAX_NAME_CHARS characters, spaces collapsed, with
+    at least one letter (a name of digits or emoji only would match nothing and name no one)."""
+    name = " ".join(value.split())
+    if not name or not any(ch.isalpha() for ch in name):
+        raise InvalidInput("name must hold at least one letter", "invalid_name")
+    if len(name) > MAX_NAME_CHARS:
+        raise InvalidInput(f"name is longer than {MAX_NAME_CHARS} characters", "invalid_name")
+    if any(unicodedata.category(ch) in ("Cc", "Cs") for ch in name):
+        raise InvalidInput("name must be printable text", "invalid_name")
+    return name
+
+
 # The years a stored time (a turn's created_at) may fall in: a chat turn dated outside them is
 # a client's bug (a zero timestamp, milliseconds read as seconds), refused rather than kept.
 EARLIEST_YEAR, LATEST_YEAR = 1900, 2200

@@ -91,6 +91,12 @@ def fold(word: str) -> str:
     return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
 
 
+def name_words(name: str) -> list[str]:
+    """The folded words of a person's name that can name them in a question ("María José
+    Pérez" -> maria, jose, perez): letters only, two or more."""
+    return [fold(w) for w in _WORD.findall(name) if len(w) >= 2 and w.isalpha()]
+
+
 def word_count(text: str) -> int:
     return len(_WORD.findall(text))
 

@@ -148,4 +148,5 @@ def build_context(
         days_since_last=context.days_since_last,
         opted_out_at=context.opted_out_at,
         excerpts_text=context.excerpts_text,
+        name=context.name,
     )

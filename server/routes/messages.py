@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Response, status
 
 from server import validation
 from server.deps import AgentDep, PhoneDep, PrincipalDep, ServicesDep
-from server.errors import InvalidInput, NotFound
+from server.errors import InvalidInput, NameNotSet, NotFound
 from server.schemas import (
     CompactOut,
     DeletedCounts,
@@ -24,6 +24,8 @@ from server.schemas import (
     MoveIn,
     MoveOut,
     OptOutOut,
+    PersonNameIn,
+    PersonNameOut,
     SummaryOut,
 )
 from server.store import Memory, Message
@@ -50,6 +52,7 @@ def store_message(
     content = validation.text_content(body.content, limit=services.settings.max_message_chars)
     number = validation.phone_number(body.number, code="invalid_number") if body.number else None
     created_at = validation.timestamp(body.created_at, stored=True) if body.created_at else None
+    name = validation.person_name(body.name) if body.name is not None else None
     message_id, stored = services.memory.remember(
         agent,
         phone,
@@ -58,6 +61,7 @@ def store_message(
         event_id=body.event_id,
         number=number,
         created_at=created_at,
+        name=name,
     )
     if not stored:
         response.status_code = status.HTTP_200_OK
@@ -123,7 +127,58 @@ def export_person(
             for m in found.memories
         ],
         opted_out_at=found.opted_out_at,
+        name=PersonNameOut(name=found.name.name, updated_at=found.name.updated_at)
+        if found.name
+        else None,
     )
+
+
+@router.put(
+    "/name",
+    response_model=PersonNameOut,
+    responses={422: {"description": "A name with no letter, or too long (invalid_name)."}},
+)
+def set_name(
+    principal: PrincipalDep,
+    agent: AgentDep,
+    phone: PhoneDep,
+    body: PersonNameIn,
+    services: ServicesDep,
+) -> PersonNameOut:
+    """Set the name the agent knows the person by. The context returns it; the excerpts'
+    search leaves it out (the turns that say a person's name are greetings, not what they
+    said); staff search finds whom a question names by it. The same name again changes
+    nothing. A forget erases it; a move takes it to the new number."""
+    principal.require_write(agent)
+    done = services.memory.set_person_name(agent, phone, validation.person_name(body.name))
+    return PersonNameOut(name=done.name, updated_at=done.updated_at)
+
+
+@router.get(
+    "/name",
+    response_model=PersonNameOut,
+    responses={404: {"description": "No name is set for the person (name_not_set)."}},
+)
+def read_name(
+    principal: PrincipalDep, agent: AgentDep, phone: PhoneDep, services: ServicesDep
+) -> PersonNameOut:
+    """The person's name, when one is set."""
+    principal.require_read(agent)
+    found = services.memory.person_name(agent, phone)
+    if found is None:
+        raise NameNotSet("no name is set for this person")
+    return PersonNameOut(name=found.name, updated_at=found.updated_at)
+
+
+@router.delete("/name", status_code=status.HTTP_204_NO_CONTENT)
+def clear_name(
+    principal: PrincipalDep, agent: AgentDep, phone: PhoneDep, services: ServicesDep
+) -> Response:
+    """Clear the person's name (nothing else of theirs changes); 204 whether one was set or
+    not."""
+    principal.require_write(agent)
+    services.memory.clear_person_name(agent, phone)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @router.post("/compact", response_model=CompactOut)
@@ -185,6 +240,7 @@ def move_person(
                 memories=moved.memories,
                 summaries=moved.summaries,
                 opt_outs=moved.opt_outs,
+                names=moved.names,
             ),
             "merged": moved.merged,
         }

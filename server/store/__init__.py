@@ -18,6 +18,7 @@ from server.store.messages import MessageQueries
 from server.store.moves import MoveQueries, NothingToMove, PersonBusy, PersonMove
 from server.store.optouts import OptOutQueries
 from server.store.outbox import OutboxQueries
+from server.store.people import PeopleQueries, PersonName
 from server.store.pool import PoolStats
 from server.store.records import (
     ApiKey,
@@ -54,6 +55,7 @@ __all__ = [
     "PersonBusy",
     "PersonErasure",
     "PersonMove",
+    "PersonName",
     "StillActive",
     "Store",
     "Summary",
@@ -70,6 +72,7 @@ class Store(
     OptOutQueries,
     RetentionQueries,
     MoveQueries,
+    PeopleQueries,
 ):
     """Every query, on SQLite at `path` (WAL), or on PostgreSQL at `database_url`."""
 

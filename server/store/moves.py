@@ -10,6 +10,7 @@ from typing import Any
 
 from server.store.audit import MOVE, person_exists
 from server.store.db import Conn, Queries
+from server.store.people import move_names, name_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +23,7 @@ class PersonMove:
     summaries: int
     opt_outs: int
     merged: bool
+    names: int = 0
     turn_ids: tuple[str, ...] = ()  # the person's items queued for the indexer, by kind
     memory_ids: tuple[str, ...] = ()
     summary_refs: tuple[str, ...] = ()
@@ -56,7 +58,8 @@ class MoveQueries(Queries):
         rows = self._reader().execute(
             "SELECT agent, phone FROM messages UNION SELECT agent, phone FROM memories"
             " WHERE phone IS NOT NULL UNION SELECT agent, phone FROM summaries"
-            " UNION SELECT agent, phone FROM opt_outs ORDER BY 1, 2"
+            " UNION SELECT agent, phone FROM opt_outs UNION SELECT agent, phone FROM people"
+            " ORDER BY 1, 2"
         )
         return [(str(r[0]), str(r[1])) for r in rows]
 
@@ -71,7 +74,11 @@ class MoveQueries(Queries):
         with self._transaction() as conn:
             for phone in sorted({old, new}):
                 self._db.lock_person(conn, agent, phone)  # in one order: no deadlock
-            if not person_exists(conn, agent, old) and not _opted_out(conn, agent, old):
+            if (
+                not person_exists(conn, agent, old)
+                and not _opted_out(conn, agent, old)
+                and name_of(conn, agent, old) is None
+            ):
                 raise NothingToMove(f"nothing is stored for that number of agent {agent}")
             _check_not_busy(conn, agent, (old, new), now)
             merged = person_exists(conn, agent, new)
@@ -89,6 +96,7 @@ class MoveQueries(Queries):
                 conn, "summaries", "text, through_id, updated_at", keys, _merged_summaries
             )
             opt_outs = _move_row(conn, "opt_outs", "opted_out_at", keys, _merged_opt_outs)
+            names = move_names(conn, *keys)
             # A user turn lifts an opt-out recorded before it (store/messages.py): after a
             # merge, a turn the person wrote from the other number may be that turn.
             conn.execute(
@@ -120,6 +128,7 @@ class MoveQueries(Queries):
                 summaries=summaries,
                 opt_outs=opt_outs,
                 merged=merged,
+                names=names,
                 turn_ids=turn_ids,
                 memory_ids=memory_ids,
                 summary_refs=(f"{agent}|{old}", f"{agent}|{new}"),
@@ -142,6 +151,7 @@ class MoveQueries(Queries):
                                 "memories": result.memories,
                                 "summaries": result.summaries,
                                 "opt_outs": result.opt_outs,
+                                "names": result.names,
                             },
                             "merged": merged,
                         }

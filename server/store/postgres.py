@@ -33,6 +33,8 @@ ERASED_TABLES = (
     "audit",
     "opt_outs",
     "erasures",
+    "people",
+    "person_name_words",
 )
 # Held while migrating, so that two replicas starting at once do not both apply a version.
 MIGRATION_LOCK = 0x6D656D6F7279  # "memory"

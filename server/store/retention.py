@@ -20,6 +20,10 @@ QUIET_PEOPLE = (
     " UNION"
     " SELECT o.phone FROM opt_outs o WHERE o.agent = ? AND o.opted_out_at < ?"
     " AND NOT EXISTS (SELECT 1 FROM messages r WHERE r.agent = o.agent AND r.phone = o.phone)"
+    " UNION"
+    " SELECT p.phone FROM people p WHERE p.agent = ? AND p.updated_at < ?"
+    " AND NOT EXISTS (SELECT 1 FROM messages r WHERE r.agent = p.agent AND r.phone = p.phone)"
+    " AND NOT EXISTS (SELECT 1 FROM opt_outs o WHERE o.agent = p.agent AND o.phone = p.phone)"
     " ORDER BY 1"
 )
 # (agent, before), through the index messages_archived_age (agent, archived, created_at).
@@ -50,7 +54,7 @@ class RetentionQueries(Queries):
         turn. A candidate list: the forget checks again, in its transaction, that no turn or
         opt-out of theirs is newer (a backfilled turn may be newer than a later-stored one).
         Reads the (agent, phone, id) index, then one row per person."""
-        rows = self._reader().execute(QUIET_PEOPLE, (agent, before, agent, before))
+        rows = self._reader().execute(QUIET_PEOPLE, (agent, before) * 3)
         return [str(r[0]) for r in rows]
 
     def people_with_archived_before(self, agent: str, before: str) -> list[str]:

@@ -243,6 +243,25 @@ SQLITE_MIGRATIONS: list[str] = [
     UPDATE memories SET valid_from = created_at;
     CREATE INDEX memories_superseded_by ON memories (superseded_by);
     """,
+    """
+    -- The person's name as the agent knows it (issue 25): shown in the context, left out of
+    -- the excerpts' search (the turns that say it are greetings), and how staff search finds
+    -- whom a question names. Each folded word of it in person_name_words, for that lookup.
+    CREATE TABLE people (
+        agent TEXT NOT NULL,
+        phone TEXT NOT NULL,
+        name TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        PRIMARY KEY (agent, phone)
+    );
+    CREATE TABLE person_name_words (
+        word TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        phone TEXT NOT NULL,
+        PRIMARY KEY (word, agent, phone)
+    );
+    CREATE INDEX person_name_words_person ON person_name_words (agent, phone);
+    """,
 ]
 
 # The same versions. Ids come from identity columns, which PostgreSQL never hands out
@@ -403,5 +422,24 @@ POSTGRES_MIGRATIONS: list[str] = [
     ALTER TABLE memories ADD COLUMN supersedes TEXT;
     UPDATE memories SET valid_from = created_at;
     CREATE INDEX memories_superseded_by ON memories (superseded_by);
+    """,
+    """
+    -- The person's name as the agent knows it (issue 25): shown in the context, left out of
+    -- the excerpts' search (the turns that say it are greetings), and how staff search finds
+    -- whom a question names. Each folded word of it in person_name_words, for that lookup.
+    CREATE TABLE people (
+        agent TEXT NOT NULL,
+        phone TEXT NOT NULL,
+        name TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        PRIMARY KEY (agent, phone)
+    );
+    CREATE TABLE person_name_words (
+        word TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        phone TEXT NOT NULL,
+        PRIMARY KEY (word, agent, phone)
+    );
+    CREATE INDEX person_name_words_person ON person_name_words (agent, phone);
     """,
 ]

@@ -332,12 +332,14 @@ def test_restoring_an_older_schema_drops_the_later_tables_and_migrates_again(
     Store.open(settings).close()
     # The database as version 4 left it (compaction_claims came with version 5, opt_outs and
     # an index of messages with version 6, erasures with version 7, memories' validity
-    # with version 8).
+    # with version 8, people's names with version 9).
     execute(settings, "DROP TABLE compaction_claims")
     execute(settings, "DROP TABLE erasures")
     execute(settings, "DROP TABLE opt_outs")
     execute(settings, "DROP INDEX messages_archived_age")
     execute(settings, "DROP INDEX memories_superseded_by")  # (version 8: its columns)
+    execute(settings, "DROP TABLE people")  # (version 9)
+    execute(settings, "DROP TABLE person_name_words")
     for column in ("valid_from", "invalid_at", "superseded_by", "supersedes"):
         execute(settings, f"ALTER TABLE memories DROP COLUMN {column}")
     execute(settings, "DELETE FROM schema_migrations WHERE version >= 5")

@@ -661,6 +661,9 @@ def test_every_endpoint_of_the_api_has_a_method(live: Server) -> None:
             lambda: c.opt_out(a, p),
             lambda: c.get_opt_out(a, p),
             lambda: c.move(a, p, "+15550009999"),
+            lambda: c.set_name(a, p, "Carmen"),
+            lambda: c.get_name(a, p),
+            lambda: c.clear_name(a, p),
         ]:
             try:
                 call()
@@ -755,3 +758,18 @@ def test_a_person_moves_to_a_new_number_written_as_people_write_it(
     with pytest.raises(MemoryServerError) as invalid:
         client.move(AGENT, "+525598765430", "+99912345678")
     assert (invalid.value.status, invalid.value.code) == (422, "invalid_phone")
+
+
+def test_the_persons_name_through_the_client(live: Server, client: MemoryClient) -> None:
+    phone = "+15550100077"
+    client.remember(AGENT, phone, "user", "hola", name="Lupe")
+    assert client.get_name(AGENT, phone).name == "Lupe"
+    assert client.set_name(AGENT, phone, " Lupe  García ").name == "Lupe García"
+    assert client.context(AGENT, phone).name == "Lupe García"
+    assert client.clear_name(AGENT, phone) is None
+    with pytest.raises(MemoryServerError) as unset:
+        client.get_name(AGENT, phone)
+    assert (unset.value.status, unset.value.code) == (404, "name_not_set")
+    with pytest.raises(MemoryServerError) as invalid:
+        client.set_name(AGENT, phone, "123")
+    assert (invalid.value.status, invalid.value.code) == (422, "invalid_name")

@@ -153,7 +153,7 @@ def test_a_move_takes_everything_and_leaves_nothing_behind(api: Api) -> None:
     assert moved.json() == {
         "from": PHONE,
         "to": NEW,
-        "moved": {"messages": 4, "memories": 1, "summaries": 0, "opt_outs": 1},
+        "moved": {"messages": 4, "memories": 1, "summaries": 0, "opt_outs": 1, "names": 0},
         "merged": False,
     }
     assert contents(api, NEW) == [f"old number turn {i}" for i in range(4)]

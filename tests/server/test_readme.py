@@ -272,7 +272,12 @@ def _admin_key(blocks: list[Block]) -> str:
 
 # -- counts the prose gives for the walk-through ----------------------------------------------
 
-WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8}
+WORDS = {
+    w: n
+    for n, w in enumerate(
+        ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"), 1
+    )
+}
 WALKED = ("support-bot", "+15551234567")  # the person of "First steps with curl"
 
 
