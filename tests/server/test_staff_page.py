@@ -93,6 +93,10 @@ def _store_conversations(app: Any, base: str) -> None:
         json={"content": "Prefers a refund to credit for the jacket", "phone": MAYA},
         headers=admin,
     )
+    named = httpx.put(
+        f"{base}/v1/agents/shop/people/{MAYA}/name", json={"name": "Maya Chen"}, headers=admin
+    )
+    assert named.status_code == 200, named.text
     services = app.state.services
     services.memory.compact("shop", MAYA)  # the oldest turns are archived: "archived" shows
     services.indexer.drain()
@@ -177,6 +181,10 @@ def test_staff_find_a_paraphrase_and_open_the_timeline(live_server: str) -> None
         matched = page.inner_text("#timeline .turn.matched")
         assert "refund for the blue jacket" in matched and "the match" in matched
         assert "archived" in matched  # compacted: the timeline still has it
+        page.wait_for_function(
+            "document.querySelector('#timeline h2').textContent.includes('Maya Chen')"
+        )
+        assert f"Maya Chen ({MAYA}) with shop" in page.inner_text("#timeline h2")
         turns = page.locator("#timeline .turn")
         assert turns.count() == 11  # the match (her first turn) and the 10 after it
         assert page.locator("#timeline .turn.matched").is_visible()
