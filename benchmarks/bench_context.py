@@ -32,13 +32,19 @@ set's parts are listed in its README; the support set is held out (test only). T
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_context.py \\
         --data benchmarks/data/support/chats.json --part test --out benchmarks/results
 
+With `--names`, each person's name (the set's speaker_a) is set through `PUT .../name` after
+the replay, as an agent that passes on the WhatsApp profile name would; without it the server
+knows only the names it learns from the chat (the independent check sets none).
+
 `--grid NAME=V1,V2 ...` sweeps settings on the same replay (dev parts only):
-excerpt_budget_chars, excerpt_k, excerpt_mode, neighbours, spread, short_weight, names (0/1).
+excerpt_budget_chars, excerpt_k, excerpt_mode, neighbours, spread, short_weight, names (0/1),
+weight (the hybrid's semantic weight), scale (BM25's squashing scale).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import logging
@@ -91,7 +97,7 @@ PARTS: dict[str, dict[str, list[str]]] = {
     },
 }
 # Settings a grid may sweep that are module constants, not request parameters.
-KNOBS = {"neighbours", "short_weight", "names", "spread"}
+KNOBS = {"neighbours", "short_weight", "names", "spread", "weight", "scale"}
 
 
 def set_name(data: Path) -> str:
@@ -122,12 +128,22 @@ def knobs(config: dict[str, Any]) -> Iterator[None]:
     """Module constants a configuration changes, put back afterwards."""
     saved = (conversation.EXCERPT_NEIGHBOURS, words.SHORT_TURN_WEIGHT)
     saved_spread = conversation.EXCERPT_SPREAD
+    saved_calibration = conversation.calibration_for
     saved_without = conversation.without_names
     try:
         if "neighbours" in config:
             conversation.EXCERPT_NEIGHBOURS = int(config["neighbours"])
         if "spread" in config:
             conversation.EXCERPT_SPREAD = float(config["spread"])
+        fusion = {
+            field: float(config[knob])
+            for knob, field in (("weight", "excerpt_weight"), ("scale", "excerpt_scale"))
+            if knob in config
+        }
+        if fusion:
+            conversation.calibration_for = lambda name: dataclasses.replace(  # type: ignore[assignment]
+                saved_calibration(name), **fusion
+            )
         if "short_weight" in config:
             words.SHORT_TURN_WEIGHT = float(config["short_weight"])
         if "names" in config and not int(config["names"]):
@@ -136,6 +152,7 @@ def knobs(config: dict[str, Any]) -> Iterator[None]:
     finally:
         conversation.EXCERPT_NEIGHBOURS, words.SHORT_TURN_WEIGHT = saved
         conversation.EXCERPT_SPREAD = saved_spread
+        conversation.calibration_for = saved_calibration
         conversation.without_names = saved_without
 
 
@@ -330,6 +347,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--staff", action="store_true", help="also ask each question of staff search (top 10)"
     )
+    parser.add_argument(
+        "--names",
+        action="store_true",
+        help="set each person's name (speaker_a's) through PUT .../name, as an agent that gets"
+        " the WhatsApp profile name would",
+    )
     args = parser.parse_args(argv)
     if args.grid and args.part != "dev":
         parser.error("--grid tunes: only on --part dev")
@@ -362,6 +385,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 for i in chosen:
                     person = Person(i, str(samples[i].get("sample_id", i)), f"+1555000{i:04d}")
                     replay(services, samples[i], person, clock, bar)
+                    name = samples[i]["conversation"].get("speaker_a")
+                    if args.names and name:
+                        client.put(
+                            f"/v1/agents/{AGENT}/people/{person.phone}/name",
+                            json={"name": name},
+                            headers={"Authorization": f"Bearer {ADMIN}"},
+                        ).raise_for_status()
                     newest = services.store.recent_turns(AGENT, person.phone, 10_000)
                     recent[i] = [m.id for m in reversed(newest)]
                     people.append(person)
@@ -421,6 +451,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "part": args.part,
         "samples": [p.sample_id for p in people],
         "model": args.model,
+        "names": args.names,
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "replay_s": round(replay_s, 1),
         "seconds": round(time.perf_counter() - started, 1),
@@ -432,7 +463,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print(text)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        stem = f"context.{report['set']}.{args.part}" + (".grid" if args.grid else "")
+        stem = (
+            f"context.{report['set']}.{args.part}"
+            + (".grid" if args.grid else "")
+            + (".names" if args.names else "")
+        )
         (args.out / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
         (args.out / f"{stem}.md").write_text(text + "\n")
     return report

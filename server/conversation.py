@@ -13,7 +13,7 @@ from typing import Any
 
 from embeddings.calibration import calibration_for
 from embeddings.encoder import Vectors
-from embeddings.index import BM25_SCALE, Hit, quote
+from embeddings.index import Hit, quote
 from server import words
 from server.agent_settings import AgentConfig, AgentSettings, OptOutPolicy
 from server.clock import Clock, format_time, parse_time, utc_now
@@ -559,10 +559,11 @@ class MemoryService:
             query = vector()
             for row, stored in space.index.get(missing).values():
                 cosines[int(row.ref_id)] = float(stored @ query)
-        weight = calibration_for(space.encoder.name).semantic_weight
+        calibration = calibration_for(space.encoder.name)
+        weight, scale = calibration.excerpt_weight, calibration.excerpt_scale
         return {
             i: weight * cosines.get(i, 0.0)
-            + (1.0 - weight) * (bm25[i] / (bm25[i] + BM25_SCALE) if i in bm25 else 0.0)
+            + (1.0 - weight) * (bm25[i] / (bm25[i] + scale) if i in bm25 else 0.0)
             for i in cosines.keys() | bm25.keys()
         }
 

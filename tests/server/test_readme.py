@@ -843,6 +843,8 @@ THRESHOLD_COLUMNS = {
     "excerpt floor": "excerpt_threshold",
     "hybrid weight w": "semantic_weight",
     "staff search floor": "staff_floor",
+    "excerpt weight": "excerpt_weight",
+    "excerpt BM25 scale": "excerpt_scale",
 }
 
 
