@@ -236,7 +236,7 @@ class StaffSearch:
         # (agent, phone, name): how often the person is named so
         called = {
             person: NAME_SET_WEIGHT
-            for person in self._store.people_called(sorted(candidates), agents)
+            for person in self._store.people_called(sorted(candidates), agents, limit=NAMED_POOL)
         }
         for name in sorted(candidates):
             counts: dict[tuple[str, str], int] = {}

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from server.store.db import Conn, Queries
-from server.store.util import chunks
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,24 +42,19 @@ class PeopleQueries(Queries):
         return name_of(self._reader(), agent, phone)
 
     def people_called(
-        self, words: Sequence[str], agents: Sequence[str] | None
+        self, words: Sequence[str], agents: Sequence[str] | None, *, limit: int
     ) -> list[tuple[str, str, str]]:
         """(agent, phone, word) of the people whose name has one of these folded words, of
-        these agents (None: all), through the words' primary key."""
+        these agents (None: all), through the words' primary key; at most `limit` a word."""
         if agents is not None and not agents:
             return []
+        sql = "SELECT agent, phone, word FROM person_name_words WHERE word = ?"
+        if agents is not None:
+            sql += " AND agent IN (" + ",".join("?" * len(agents)) + ")"
         found: list[tuple[str, str, str]] = []
-        for chunk in chunks(sorted(set(words))):
-            sql = (
-                "SELECT agent, phone, word FROM person_name_words WHERE word IN ("
-                + ",".join("?" * len(chunk))
-                + ")"
-            )
-            args: list[str] = list(chunk)
-            if agents is not None:
-                sql += " AND agent IN (" + ",".join("?" * len(agents)) + ")"
-                args += list(agents)
-            rows = self._reader().execute(sql + " ORDER BY agent, phone, word", tuple(args))
+        for word in sorted(set(words)):  # through the primary key (word, agent, phone)
+            args = (word, *(agents or ()), limit)
+            rows = self._reader().execute(sql + " ORDER BY agent, phone LIMIT ?", args)
             found += [(str(r[0]), str(r[1]), str(r[2])) for r in rows]
         return found
 
