@@ -248,3 +248,20 @@ def test_retention_sweeps_a_name_nothing_else_was_stored_with(api: Api, clock: F
     retention: Retention = api.client.app.state.retention  # type: ignore[attr-defined]
     assert retention.sweep().people == 1
     assert rows(api) == [(AGENT, PHONE, "Carmen"), ("carmen", AGENT, PHONE)]
+
+
+def test_a_move_onto_a_number_with_an_older_name_brings_the_newer(
+    api: Api, clock: FakeClock
+) -> None:
+    put_name(api, "Luis", phone=OTHER)
+    clock.advance(minutes=1)
+    put_name(api, "Luis Gómez")
+    moved = api.client.post(person() + "/move", json={"to": OTHER}, headers=admin())
+    assert moved.status_code == 200, moved.text
+    assert moved.json()["moved"]["names"] == 1 and moved.json()["merged"] is False
+    assert rows(api) == [
+        (AGENT, OTHER, "Luis Gómez"),
+        ("gomez", AGENT, OTHER),
+        ("luis", AGENT, OTHER),
+    ]
+    assert_error(get_name(api), 404, "name_not_set")
