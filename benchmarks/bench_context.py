@@ -38,7 +38,8 @@ knows only the names it learns from the chat (the independent check sets none).
 
 `--grid NAME=V1,V2 ...` sweeps settings on the same replay (dev parts only):
 excerpt_budget_chars, excerpt_k, excerpt_mode, neighbours, spread, short_weight, names (0/1),
-weight (the hybrid's semantic weight), scale (BM25's squashing scale).
+weight (the hybrid's semantic weight), scale (BM25's squashing scale), gate (places a
+neighbour ranks lower per unit of cosine it falls short of its hit's).
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ PARTS: dict[str, dict[str, list[str]]] = {
     },
 }
 # Settings a grid may sweep that are module constants, not request parameters.
-KNOBS = {"neighbours", "short_weight", "names", "spread", "weight", "scale"}
+KNOBS = {"neighbours", "short_weight", "names", "spread", "weight", "scale", "gate"}
 
 
 def set_name(data: Path) -> str:
@@ -137,7 +138,11 @@ def knobs(config: dict[str, Any]) -> Iterator[None]:
             conversation.EXCERPT_SPREAD = float(config["spread"])
         fusion = {
             field: float(config[knob])
-            for knob, field in (("weight", "excerpt_weight"), ("scale", "excerpt_scale"))
+            for knob, field in (
+                ("weight", "excerpt_weight"),
+                ("scale", "excerpt_scale"),
+                ("gate", "excerpt_gate"),
+            )
             if knob in config
         }
         if fusion:

@@ -33,6 +33,10 @@ class Calibration:
     # bm25 / (bm25 + excerpt_scale).
     excerpt_weight: float = 0.5
     excerpt_scale: float = 5.0
+    # Excerpts: places a hit's neighbour ranks lower for each unit of cosine it is less like
+    # the question than its hit (server/excerpts.py, windows); 0 takes neighbours by distance
+    # alone.
+    excerpt_gate: float = 0.0
 
 
 # benchmarks/results/bench_thresholds.md (222 labelled fact pairs; LoCoMo and the multilingual
@@ -64,6 +68,7 @@ E5_SMALL = Calibration(
     staff_floor=0.01,
     excerpt_weight=0.85,
     excerpt_scale=10.0,
+    excerpt_gate=100.0,
 )
 MINILM = Calibration(
     duplicate_threshold=0.98,

@@ -453,9 +453,21 @@ class MemoryService:
         turns) or both fused; a short turn's score is discounted (words.SHORT_TURN_WEIGHT)."""
         if person is None or k <= 0 or budget_chars <= 0:
             return []
+        cosines: dict[int, float] = {}
         ranked = self.rank_archived(
-            agent, phone, person, vector, query, k=k, threshold=threshold, mode=mode
+            agent,
+            phone,
+            person,
+            vector,
+            query,
+            k=k,
+            threshold=threshold,
+            mode=mode,
+            cosines=cosines,
         )
+        gate = calibration_for(self._indexer.space.encoder.name).excerpt_gate
+        if mode != "keyword" and gate > 0:
+            self._neighbour_cosines(person, ranked, cosines, vector)
         return [
             ExcerptHit(
                 e.message.id,
@@ -472,8 +484,34 @@ class MemoryService:
                 budget_chars=budget_chars,
                 neighbours=EXCERPT_NEIGHBOURS,
                 spread=EXCERPT_SPREAD,
+                cosines=cosines,
+                gate=gate,
             )
         ]
+
+    def _neighbour_cosines(
+        self,
+        person: PersonTurns,
+        ranked: list[tuple[int, float]],
+        cosines: dict[int, float],
+        vector: Callable[[], Vectors],
+    ) -> None:
+        """Add to `cosines` those of the hits' neighbours (EXCERPT_NEIGHBOURS either side)
+        that the search did not score, from their stored vectors (one read of the index)."""
+        n = len(person.turns)
+        wanted: set[int] = set()
+        for message_id, _ in ranked:
+            i = person.position.get(message_id)
+            if i is None:
+                continue
+            for j in range(max(0, i - EXCERPT_NEIGHBOURS), min(n, i + EXCERPT_NEIGHBOURS + 1)):
+                wanted.add(person.turns[j].id)
+        missing = [f"turn:{i}" for i in sorted(wanted) if i not in cosines]
+        if not missing:
+            return
+        query = vector()
+        for row, stored in self._indexer.space.index.get(missing).values():
+            cosines[int(row.ref_id)] = float(stored @ query)
 
     def ranked_turns(
         self, agent: str, phone: str, query: str, k: int, mode: str, threshold: float | None
@@ -518,25 +556,28 @@ class MemoryService:
         k: int,
         threshold: float,
         mode: str,
+        cosines: dict[int, float] | None = None,
     ) -> list[tuple[int, float]]:
         """(message id, score) of the person's best k archived turns for the query, best
         first: semantic (LanceDB, floored by the threshold), keyword (BM25 over the person's
-        own turns) or both fused; a short turn's score is discounted (words.SHORT_TURN_WEIGHT)."""
+        own turns) or both fused; a short turn's score is discounted (words.SHORT_TURN_WEIGHT).
+        The cosines to the question that were read on the way are left in `cosines`."""
         if k <= 0:
             return []
         depth = max(2 * k, 30)
-        cosines: dict[int, float] = {}
+        if cosines is None:
+            cosines = {}
         if mode != "keyword":
             where = _person_filter(agent, phone) + " AND kind = 'turn' AND status = 'archived'"
             semantic = self._indexer.space.index.search(
                 vector(), where=where, k=depth, min_score=threshold
             )
-            cosines = {int(h.row.ref_id): h.score for h in semantic}
+            cosines.update((int(h.row.ref_id), h.score) for h in semantic)
         bm25: dict[int, float] = {}
         if mode != "semantic":
             bm25 = dict(person.bm25(terms(query), depth))
         if mode == "semantic":
-            scores = cosines
+            scores = dict(cosines)
         elif mode == "keyword":
             scores = bm25
         else:

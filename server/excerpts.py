@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 
@@ -161,13 +161,19 @@ def windows(
     neighbours: int,
     spread: float,
     skip: frozenset[int] = frozenset(),
+    cosines: Mapping[int, float] | None = None,
+    gate: float = 0.0,
 ) -> list[Excerpt]:
     """Turns taken one at a time in order of rank while they fit in the budget: a hit ranks as
     itself, a turn d places from the hit of rank r as r + spread * d (with spread 3 the next
     three hits come before the first neighbours of the best one, which come before the fourth
     hit), so a hit found far down the list does not wait for every neighbour of the ones above
-    it. A neighbour is taken only with its hit; turns in `skip` are left out. Runs of
-    consecutive turns are merged into windows, ordered by their best hit, each in time order."""
+    it. With `cosines` (message id: cosine to the question), a neighbour less like the
+    question than its hit ranks `gate` places lower for each unit of cosine it falls short by:
+    the hit's context comes with it when it is on the subject, and "haha, nice!" gives its
+    place to the next hit. A neighbour is taken only with its hit; turns in `skip` are left
+    out. Runs of consecutive turns are merged into windows, ordered by their best hit, each in
+    time order."""
     n = len(person.turns)
     hits: dict[int, tuple[int, float]] = {}  # position -> (rank, score)
     for rank, (message_id, score) in enumerate(ranked):
@@ -180,6 +186,8 @@ def windows(
             for j in {i - d, i + d}:
                 if 0 <= j < n and (j in hits or person.turns[j].id not in skip):
                     p = rank + spread * d
+                    if j not in hits:
+                        p += _shortfall(person, i, j, cosines, gate)
                     if j not in order or p < order[j][0]:
                         order[j] = (p, i)
     taken: dict[int, float | None] = {}
@@ -206,3 +214,18 @@ def windows(
         for w, run in enumerate(runs)
         for i in run
     ]
+
+
+def _shortfall(
+    person: PersonTurns, hit: int, j: int, cosines: Mapping[int, float] | None, gate: float
+) -> float:
+    """Places a neighbour (position j) of a hit ranks lower for being less like the question
+    than the hit is: `gate` a unit of cosine it falls short by; none when either cosine is
+    unknown."""
+    if not cosines or gate <= 0:
+        return 0.0
+    own = cosines.get(person.turns[hit].id)
+    near = cosines.get(person.turns[j].id)
+    if own is None or near is None:
+        return 0.0
+    return gate * max(0.0, own - near)

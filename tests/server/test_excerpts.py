@@ -3,15 +3,18 @@ short turns discounted, the person's name left out of the search."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+import server.conversation as conversation
+from embeddings.calibration import calibration_for
 from server.conversation import EXCERPT_NEIGHBOURS as N
 from server.conversation import EXCERPT_SPREAD
-from server.excerpts import TURN_OVERHEAD_CHARS, PersonTurns
+from server.excerpts import TURN_OVERHEAD_CHARS, PersonTurns, windows
 from server.store.records import Message
 from server.validation import one_line
 from server.words import (
@@ -124,6 +127,79 @@ def test_hits_further_down_come_before_the_outer_neighbours_of_the_best(
         excerpt_budget_chars=len(lines[2]) + len(lines[9]) + 2 * TURN_OVERHEAD_CHARS + 5,
     )
     assert [e["content"] for e in got] == [lines[2], lines[9]]
+
+
+def off_topic_neighbours(cosines: dict[int, float] | None, gate: float, budget: int) -> list[int]:
+    """Positions taken from fifty turns of ten characters: hits at 10, 20, 30, 40 and 50 (ranks
+    0-4), one neighbour either side; the best hit's neighbours are turn 9 (off the subject)
+    and turn 11 (on it)."""
+    turns = [
+        Message(i + 1, AGENT, PHONE, None, None, "user", "x" * 10, "2026-01-01T00:00:00.000Z", True)
+        for i in range(60)
+    ]
+    person = PersonTurns.build(turns, window=0)
+    ranked = [(turns[p].id, 1.0 - rank / 10) for rank, p in enumerate((10, 20, 30, 40, 50))]
+    got = windows(
+        person,
+        ranked,
+        budget_chars=budget * (10 + TURN_OVERHEAD_CHARS),
+        neighbours=1,
+        spread=3.0,
+        cosines=cosines,
+        gate=gate,
+    )
+    return sorted(person.position[e.message.id] for e in got)
+
+
+def test_a_neighbour_off_the_subject_gives_its_place_to_the_next_hit() -> None:
+    """A neighbour ranks `gate` places lower per unit of cosine it falls short of its hit's:
+    the best hit's on-topic neighbour keeps its place (rank 0 + spread 3 + 100 x 0.005 =
+    3.5, before the fifth hit), the off-topic one (3 + 100 x 0.15 = 18) gives its place to
+    that hit. Without cosines, or with gate 0, both come at 3, before the fifth hit."""
+    cosines = {11: 0.85, 10: 0.70, 12: 0.845}  # message ids: turn 10 is id 11
+    assert off_topic_neighbours(cosines, 100.0, 6) == [10, 11, 20, 30, 40, 50]
+    assert off_topic_neighbours(cosines, 0.0, 6) == [9, 10, 11, 20, 30, 40]
+    assert off_topic_neighbours(None, 100.0, 6) == [9, 10, 11, 20, 30, 40]
+    # An unknown cosine costs nothing; a neighbour more like the question than its hit
+    # gains nothing either (it would be a hit of its own).
+    assert off_topic_neighbours({11: 0.85, 12: 0.85}, 100.0, 6) == [9, 10, 11, 20, 30, 40]
+    assert off_topic_neighbours({11: 0.85, 10: 0.95, 12: 0.95}, 100.0, 6) == [
+        9, 10, 11, 20, 30, 40
+    ]
+    # With room, everything comes: the gate orders, it never drops.
+    assert off_topic_neighbours(cosines, 100.0, 30) == sorted(
+        p + d for p in (10, 20, 30, 40, 50) for d in (-1, 0, 1)
+    )
+
+
+def test_excerpts_take_the_neighbour_on_the_subject_first(
+    api_factory: Callable[..., Api], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through HTTP with the fake bag-of-words encoder given a gate (e5 has one; the fake's
+    calibration has none): the best hit's neighbour that shares words with the question comes
+    before the one that shares none; without the gate the earlier of the two comes first."""
+    api = api_factory(turn_window=0, embedding_model="fake-hash-512d")
+    lines = filler(45)
+    lines[5] = "garden gnome"
+    lines[6] = "the gnome sat in the garden all day long"  # on the subject, not a hit (k=2)
+    lines[15] = "garden gnome again"
+    chat(api, lines)
+    api.index()
+    three = sum(len(lines[i]) for i in (5, 15)) + len(lines[4]) + 3 * TURN_OVERHEAD_CHARS + 5
+    params: dict[str, Any] = {
+        "query": "garden gnome",
+        "excerpt_mode": "semantic",
+        "excerpt_k": 2,
+        "excerpt_threshold": 0,
+        "excerpt_budget_chars": three,
+    }
+    plain = excerpts(api, **params)
+    assert [e["content"] for e in plain] == [lines[4], lines[5], lines[15]]
+    gated = dataclasses.replace(calibration_for("fake-hash-512d"), excerpt_gate=10.0)
+    monkeypatch.setattr(conversation, "calibration_for", lambda name: gated)
+    got = excerpts(api, **params)
+    assert [e["content"] for e in got] == [lines[5], lines[6], lines[15]]
+    assert [e["hit"] for e in got] == [True, False, True]
 
 
 def test_windows_that_touch_are_merged(api_factory: Callable[..., Api]) -> None:

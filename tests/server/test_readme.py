@@ -845,6 +845,7 @@ THRESHOLD_COLUMNS = {
     "staff search floor": "staff_floor",
     "excerpt weight": "excerpt_weight",
     "excerpt BM25 scale": "excerpt_scale",
+    "excerpt neighbour gate": "excerpt_gate",
 }
 
 
