@@ -450,7 +450,9 @@ class MemoryService:
     ) -> list[ExcerptHit]:
         """Windows of archived turns around the best k hits, best first, within the budget.
         Hits: semantic (LanceDB, floored by the threshold), keyword (BM25 over the person's own
-        turns) or both fused; a short turn's score is discounted (words.SHORT_TURN_WEIGHT)."""
+        turns) or both fused; a short turn's score is discounted (words.SHORT_TURN_WEIGHT). A
+        neighbour less like the question than its hit ranks lower (the calibration's
+        excerpt_gate; not in keyword mode, which embeds nothing)."""
         if person is None or k <= 0 or budget_chars <= 0:
             return []
         cosines: dict[int, float] = {}
@@ -510,8 +512,8 @@ class MemoryService:
         if not missing:
             return
         query = vector()
-        for row, stored in self._indexer.space.index.get(missing).values():
-            cosines[int(row.ref_id)] = float(stored @ query)
+        for row_id, stored in self._indexer.space.index.vectors(missing).items():
+            cosines[int(row_id.removeprefix("turn:"))] = float(stored @ query)
 
     def ranked_turns(
         self, agent: str, phone: str, query: str, k: int, mode: str, threshold: float | None
@@ -598,8 +600,8 @@ class MemoryService:
         missing = [f"turn:{i}" for i in bm25 if i not in cosines]
         if missing:
             query = vector()
-            for row, stored in space.index.get(missing).values():
-                cosines[int(row.ref_id)] = float(stored @ query)
+            for row_id, stored in space.index.vectors(missing).items():
+                cosines[int(row_id.removeprefix("turn:"))] = float(stored @ query)
         calibration = calibration_for(space.encoder.name)
         weight, scale = calibration.excerpt_weight, calibration.excerpt_scale
         return {

@@ -184,6 +184,14 @@ def test_vectors_are_stored_as_given(index: VectorIndex) -> None:
     index.upsert([row(0, TEXTS[0]), row(1, TEXTS[1])], vectors)
     got = index.get(["turn:0", "turn:1"])
     assert np.allclose(got["turn:1"][1], vectors[1])
+    # The vectors alone (the excerpts' neighbour cosines): the same floats, by id; an id the
+    # index does not hold is left out.
+    alone = index.vectors(["turn:1", "turn:0", "turn:9"])
+    assert set(alone) == {"turn:0", "turn:1"}
+    assert np.array_equal(alone["turn:0"], got["turn:0"][1])
+    assert np.array_equal(alone["turn:1"], vectors[1])
+    assert alone["turn:1"].dtype == np.float32 and alone["turn:1"].shape == (ENC.dim,)
+    assert index.vectors([]) == {} and index.vectors(["turn:9"]) == {}
 
 
 def _open_files_under(folder: Path) -> int:
