@@ -79,6 +79,8 @@ MINILM = Calibration(
     semantic_anchors=(0.08, 0.4),
     hybrid_anchors=(0.15, 0.5),
     staff_floor=0.01,
+    # LoCoMo's dev part: 85.7 % of evidence turns against 85.2 % with no gate (25 and 50: 85.6)
+    excerpt_gate=100.0,
 )
 # Another sentence-transformers model: no sweep of ours, so the most conservative values (a
 # duplicate must be near-identical; no excerpt floor; semantic and keyword halves even).
