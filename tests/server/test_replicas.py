@@ -82,14 +82,24 @@ def test_one_replica_runs_the_indexer_and_a_standby_takes_over(tmp_path: Path) -
         assert standby.indexer.role == "standby"
         for i in range(20):  # stored through the standby: indexed by the active one
             standby.memory.remember(AGENT, PHONE, role="user", content=f"through the standby {i}")
-        wait_until(lambda: standby.store.outbox_size() == 0, 15, "indexed by the active one")
-        assert standby.indexer.stats.items_indexed == 0 < active.indexer.stats.items_indexed
+        # The indexer counts a batch just after it acks the outbox rows: wait for both.
+        wait_until(
+            lambda: standby.store.outbox_size() == 0 and active.indexer.stats.items_indexed >= 20,
+            15,
+            "indexed by the active one",
+        )
+        assert standby.indexer.stats.items_indexed == 0
         active.indexer.stop()  # (a crash does the same: the lease goes with the process)
         took = wait_until(lambda: standby.indexer.role == "active", 15, "the standby took over")
         assert took < 3
         standby.memory.remember(AGENT, PHONE, role="user", content="after the take-over")
-        wait_until(lambda: standby.store.outbox_size() == 0, 15, "indexed after the take-over")
+        wait_until(
+            lambda: standby.store.outbox_size() == 0 and standby.indexer.stats.items_indexed > 0,
+            15,
+            "indexed after the take-over",
+        )
         assert standby.indexer.stats.items_indexed == 1
+        assert active.indexer.stats.items_indexed == 20  # it stopped: nothing more went to it
     finally:
         for services in (a, b):
             services.indexer.stop()
