@@ -39,7 +39,8 @@ knows only the names it learns from the chat (the independent check sets none).
 `--grid NAME=V1,V2 ...` sweeps settings on the same replay (dev parts only):
 excerpt_budget_chars, excerpt_k, excerpt_mode, neighbours, spread, short_weight, names (0/1),
 weight (the hybrid's semantic weight), scale (BM25's squashing scale), gate (places a
-neighbour ranks lower per unit of cosine it falls short of its hit's).
+neighbour ranks lower per unit of cosine it falls short of its hit's), other_side (what the
+other side's turns score times when a question names one side of the chat).
 """
 
 from __future__ import annotations
@@ -98,7 +99,16 @@ PARTS: dict[str, dict[str, list[str]]] = {
     },
 }
 # Settings a grid may sweep that are module constants, not request parameters.
-KNOBS = {"neighbours", "short_weight", "names", "spread", "weight", "scale", "gate"}
+KNOBS = {
+    "neighbours",
+    "short_weight",
+    "names",
+    "spread",
+    "weight",
+    "scale",
+    "gate",
+    "other_side",
+}
 
 
 def set_name(data: Path) -> str:
@@ -142,6 +152,7 @@ def knobs(config: dict[str, Any]) -> Iterator[None]:
                 ("weight", "excerpt_weight"),
                 ("scale", "excerpt_scale"),
                 ("gate", "excerpt_gate"),
+                ("other_side", "excerpt_other_side"),
             )
             if knob in config
         }

@@ -38,7 +38,7 @@ from server.store import (
     Summary,
 )
 from server.validation import one_line, phone_number
-from server.words import name_words, terms, without_names
+from server.words import name_words, named_side, terms, without_names
 
 log = logging.getLogger(__name__)
 
@@ -227,6 +227,18 @@ class MemoryService:
         learned = person.names if person is not None else frozenset()
         return learned | frozenset(name_words(stored.name)) if stored else learned
 
+    def _addressees(
+        self, person: PersonTurns | None, stored: PersonName | None
+    ) -> dict[str, frozenset[str]]:
+        """The names each side of the chat goes by: those it is addressed by, and the one set
+        for the person (the user)."""
+        sides = dict(person.addressees) if person is not None else {}
+        if stored is not None:
+            sides["user"] = sides.get("user", frozenset()) | frozenset(name_words(stored.name))
+        if "assistant" in sides and "user" in sides:
+            sides["assistant"] = sides["assistant"] - sides["user"]
+        return sides
+
     # -- opt-out -----------------------------------------------------------------------------
 
     def opt_out(self, agent: str, phone: str) -> OptedOut:
@@ -303,6 +315,7 @@ class MemoryService:
             # as the question does). Both embeddings and the keyword half run at once.
             person = self.person_turns(agent, phone)
             excerpt_query = without_names(query, self._names(person, stored_name))
+            side = named_side(query, self._addressees(person, stored_name))
             encoder = self._indexer.space.encoder
             embedding = self._searches.submit(lambda: encoder.encode_query([query])[0])
             excerpt_embedding = (
@@ -321,6 +334,7 @@ class MemoryService:
                 budget_chars=_pick(request.excerpt_budget_chars, config.excerpt_budget_chars),
                 threshold=_pick(request.excerpt_threshold, config.excerpt_threshold),
                 mode=_pick(request.excerpt_mode, config.excerpt_mode),
+                side=side,
             )
             vector = embedding.result()
             facts = self.search_facts(
@@ -447,12 +461,14 @@ class MemoryService:
         budget_chars: int,
         threshold: float,
         mode: str,
+        side: str | None = None,
     ) -> list[ExcerptHit]:
         """Windows of archived turns around the best k hits, best first, within the budget.
         Hits: semantic (LanceDB, floored by the threshold), keyword (BM25 over the person's own
         turns) or both fused; a short turn's score is discounted (words.SHORT_TURN_WEIGHT). A
         neighbour less like the question than its hit ranks lower (the calibration's
-        excerpt_gate; not in keyword mode, which embeds nothing)."""
+        excerpt_gate; not in keyword mode, which embeds nothing). When the question names one
+        side of the chat (`side`), the other side's turns score less (excerpt_other_side)."""
         if person is None or k <= 0 or budget_chars <= 0:
             return []
         cosines: dict[int, float] = {}
@@ -466,6 +482,7 @@ class MemoryService:
             threshold=threshold,
             mode=mode,
             cosines=cosines,
+            side=side,
         )
         gate = calibration_for(self._indexer.space.encoder.name).excerpt_gate
         if mode != "keyword" and gate > 0:
@@ -520,11 +537,14 @@ class MemoryService:
     ) -> list[tuple[Message, float]]:
         """The person's best k archived turns for the query, best first, scored as excerpts
         score their hits (`rank_archived`): for staff search of a person the query names.
-        As for excerpts, the names the chat calls its people by are left out of the search."""
+        As for excerpts, the names the chat calls its people by are left out of the search,
+        and a question that names one side of the chat favours that side's turns."""
         person = self.person_turns(agent, phone)
         if person is None or not query.strip():
             return []
-        query = without_names(query, self._names(person, self._store.name_of(agent, phone)))
+        stored = self._store.name_of(agent, phone)
+        side = named_side(query, self._addressees(person, stored))
+        query = without_names(query, self._names(person, stored))
         encoder = self._indexer.space.encoder
         made: list[Vectors] = []
 
@@ -542,6 +562,7 @@ class MemoryService:
             k=k,
             threshold=-1.0 if threshold is None else threshold,
             mode=mode,
+            side=side,
         )
         return [
             (person.turns[person.position[i]], score) for i, score in ranked if i in person.position
@@ -559,11 +580,15 @@ class MemoryService:
         threshold: float,
         mode: str,
         cosines: dict[int, float] | None = None,
+        side: str | None = None,
     ) -> list[tuple[int, float]]:
         """(message id, score) of the person's best k archived turns for the query, best
         first: semantic (LanceDB, floored by the threshold), keyword (BM25 over the person's
         own turns) or both fused; a short turn's score is discounted (words.SHORT_TURN_WEIGHT).
-        The cosines to the question that were read on the way are left in `cosines`."""
+        With `side` (the role whose names the question says), the other side's turns score
+        the calibration's excerpt_other_side times as much: a question about someone is most
+        often answered in their own words. The cosines to the question that were read on the
+        way are left in `cosines`."""
         if k <= 0:
             return []
         depth = max(2 * k, 30)
@@ -584,10 +609,15 @@ class MemoryService:
             scores = bm25
         else:
             scores = self._fused(cosines, bm25, vector)
+        other_side = calibration_for(self._indexer.space.encoder.name).excerpt_other_side
         for message_id in scores:
             position = person.position.get(message_id)
-            if position is not None and person.short[position]:
+            if position is None:
+                continue
+            if person.short[position]:
                 scores[message_id] *= words.SHORT_TURN_WEIGHT
+            if side is not None and person.turns[position].role != side:
+                scores[message_id] *= other_side
         return sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:k]
 
     def _fused(

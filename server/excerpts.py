@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 
 from server.store.records import Message
-from server.words import is_short, learn_names, terms_of_many
+from server.words import is_short, learn_addressees, learn_names, terms_of_many
 
 # BM25's usual constants (those of the full-text index).
 K1 = 1.2
@@ -48,6 +48,7 @@ class PersonTurns:
     terms: list[list[str]] = field(default_factory=list)
     position: dict[int, int] = field(default_factory=dict)
     names: frozenset[str] = frozenset()
+    addressees: dict[str, frozenset[str]] = field(default_factory=dict)  # role: its names
     short: list[bool] = field(default_factory=list)
     _postings: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # term: (i, tf)
     _lengths: list[int] = field(default_factory=list)
@@ -65,6 +66,7 @@ class PersonTurns:
         person.terms = [known[m.id] if m.id in known else found[m.id] for m in turns]
         person.position = {m.id: i for i, m in enumerate(turns)}
         person.names = learn_names([m.content for m in turns])
+        person.addressees = learn_addressees([(m.role, m.content) for m in turns], person.names)
         person.short = [is_short(m.content) for m in turns]
         n = len(turns)
         for i in range(n):

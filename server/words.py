@@ -141,6 +141,35 @@ def learn_names(texts: Sequence[str]) -> frozenset[str]:
     return frozenset(candidates - written_lower)
 
 
+def learn_addressees(
+    turns: Sequence[tuple[str, str]], names: frozenset[str]
+) -> dict[str, frozenset[str]]:
+    """Which side of the chat each of its learned `names` belongs to, from its (role, text)
+    turns: a name said as a vocative in the assistant's turns is the user's ("Que descanses,
+    Carmen"), one said in the user's turns the assistant's. A name said to both sides as
+    often belongs to neither."""
+    if not names:
+        return {}
+    said_to: dict[str, Counter[str]] = {"user": Counter(), "assistant": Counter()}
+    for role, text in turns:
+        to = "assistant" if role == "user" else "user" if role == "assistant" else None
+        if to is not None:
+            said_to[to].update(name for name in vocatives(text) if name in names)
+    user, assistant = said_to["user"], said_to["assistant"]
+    return {
+        "user": frozenset(n for n in user if user[n] > assistant[n]),
+        "assistant": frozenset(n for n in assistant if assistant[n] > user[n]),
+    }
+
+
+def named_side(query: str, addressees: dict[str, frozenset[str]]) -> str | None:
+    """The side of the chat (user or assistant) whose names, and only whose, the query says:
+    a question about someone is most often answered in their own words."""
+    said = {fold(w) for w in _WORD.findall(query)}
+    sides = [role for role, names in addressees.items() if said & names]
+    return sides[0] if len(sides) == 1 else None
+
+
 def without_names(query: str, names: Iterable[str]) -> str:
     """The query with the given (folded) names left out, and a possessive "'s" after them;
     the query itself when nothing else would be left."""

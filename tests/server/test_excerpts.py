@@ -19,7 +19,9 @@ from server.store.records import Message
 from server.validation import one_line
 from server.words import (
     is_short,
+    learn_addressees,
     learn_names,
+    named_side,
     terms,
     terms_of_many,
     vocatives,
@@ -278,6 +280,62 @@ def test_the_persons_name_does_not_pull_greetings_up(api_factory: Callable[..., 
     api.index()
     got = excerpts(api, query="¿Qué alergia tiene Carmen?", excerpt_mode="keyword", excerpt_k=1)
     assert [e["content"] for e in got if e["hit"]] == [lines[18]]
+
+
+def test_names_belong_to_the_side_of_the_chat_they_are_said_to() -> None:
+    turns = [
+        ("assistant", "Hola Carmen, ¿en qué te ayudo?"),
+        ("user", "Gracias, Diego!"),
+        ("assistant", "Que descanses, Carmen"),
+        ("user", "Hasta luego, Diego."),
+        ("user", "Hola Lucía, ¿vienes?"),  # Lucía: said to both sides once each
+        ("assistant", "Claro, Lucía!"),
+    ]
+    names = learn_names([text for _, text in turns])
+    assert names == {"carmen", "diego", "lucia"}
+    sides = learn_addressees(turns, names)
+    assert sides == {"user": {"carmen"}, "assistant": {"diego"}}
+    assert learn_addressees(turns, frozenset()) == {}
+    assert named_side("¿Qué alergia tiene Carmen?", sides) == "user"
+    assert named_side("What did Diego promise?", sides) == "assistant"
+    assert named_side("Did Carmen thank Diego?", sides) is None  # both sides: neither
+    assert named_side("¿Y Lucía?", sides) is None
+    assert named_side("what allergy?", sides) is None
+
+
+def test_a_question_that_names_the_person_prefers_their_own_words(
+    api_factory: Callable[..., Api], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same words said by both sides: with the calibration's excerpt_other_side below 1,
+    a question that names the person (learned, or set through the API) finds the person's
+    own turn first, one that names the agent the agent's, one that names nobody the older."""
+    api = api_factory(turn_window=0)
+    lines = filler(45)
+    lines[1] = "Hola Carmen, ¿en qué te ayudo?"
+    lines[3] = "Gracias, Carmen!"
+    lines[4] = "Gracias, Diego!"
+    lines[6] = "Hasta luego, Diego."
+    lines[9] = "the garden gnome story"  # the assistant's
+    lines[12] = "the garden gnome story"  # the person's, later
+    chat(api, lines)
+    api.index()
+
+    def hit(query: str) -> str:
+        got = excerpts(api, query=query, excerpt_mode="keyword", excerpt_k=1)
+        return next(e["role"] for e in got if e["hit"])
+
+    assert hit("Carmen's garden gnome story?") == "assistant"  # weighed alike: the older
+    weighed = dataclasses.replace(calibration_for("fake-hash"), excerpt_other_side=0.9)
+    monkeypatch.setattr(conversation, "calibration_for", lambda name: weighed)
+    assert hit("Carmen's garden gnome story?") == "user"
+    assert hit("Diego's garden gnome story?") == "assistant"
+    assert hit("the garden gnome story?") == "assistant"
+    assert hit("Did Carmen tell Diego the garden gnome story?") == "assistant"
+    named = api.client.put(
+        f"/v1/agents/{AGENT}/people/{PHONE}/name", json={"name": "Rosa Vidal"}, headers=admin()
+    )
+    assert named.status_code == 200, named.text
+    assert hit("What is Rosa's garden gnome story?") == "user"  # the name set through the API
 
 
 def test_the_budget_is_a_setting_of_the_server_the_agent_and_the_request(

@@ -344,6 +344,41 @@ def test_a_name_in_the_query_finds_that_person_and_ranks_by_the_rest(
     assert {i["phone"] for i in plain["items"][:2]} == {carmen, other}
 
 
+def test_a_named_persons_own_words_come_before_the_agents_same_words(
+    api_factory: Callable[..., Api], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent and Carmen both say the same words: with the calibration's
+    excerpt_other_side below 1, staff asking about Carmen get her own turn first (as the
+    context's excerpts do); weighed alike, the older turn (the agent's) comes first."""
+    import dataclasses
+
+    import server.conversation as conversation
+    from embeddings.calibration import calibration_for
+
+    api = api_factory(turn_window=0)
+    carmen = "+34600111222"
+    lines = [f"hablamos del tiempo el día {i} y estuvo bien" for i in range(45)]
+    lines[1] = "Hola Carmen, ¿en qué te ayudo?"
+    lines[5] = "Que descanses, Carmen"
+    lines[9] = "el marisco da alergia"  # the agent's
+    lines[12] = "el marisco da alergia"  # hers
+    for i, text in enumerate(lines):
+        api.post_turn(text, agent="shop", phone=carmen, role="assistant" if i % 2 else "user")
+    api.index()
+
+    def first_two() -> list[int]:
+        body = search(api, query="¿Marisco y alergia de Carmen?", kinds=["turns"], mode="keyword")
+        items = body["items"][:2]
+        assert [i["text"] for i in items] == [lines[9]] * 2
+        return [int(i["id"]) for i in items]
+
+    agents, hers = sorted(first_two())  # ids in the order said: the agent's turn first
+    assert first_two() == [agents, hers]
+    weighed = dataclasses.replace(calibration_for("fake-hash"), excerpt_other_side=0.9)
+    monkeypatch.setattr(conversation, "calibration_for", lambda name: weighed)
+    assert first_two() == [hers, agents]
+
+
 def test_a_named_person_under_an_agent_the_key_cannot_read_stays_hidden(
     api_factory: Callable[..., Api],
 ) -> None:
