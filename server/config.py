@@ -112,7 +112,7 @@ class Settings(BaseSettings):
         " enter the excerpts in order of rank while the excerpt budget lasts.",
     )
     excerpt_budget_chars: int = Field(
-        2900,
+        2850,
         ge=0,
         le=1_000_000,
         description="Default character budget of the excerpts: archived turns taken in order of"

@@ -846,6 +846,7 @@ THRESHOLD_COLUMNS = {
     "excerpt weight": "excerpt_weight",
     "excerpt BM25 scale": "excerpt_scale",
     "excerpt neighbour gate": "excerpt_gate",
+    "excerpt other side": "excerpt_other_side",
 }
 
 
