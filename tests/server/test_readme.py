@@ -633,10 +633,11 @@ SUMMARY = {
     "Indexer, turns embedded a second; server memory after start-up, MiB": Figures(
         "vector.onnx.json", [(E5, "indexer_items_per_s"), (E5, "rss_after_startup_mib")]
     ),
-    "The same context with today's excerpts (turns by rank within 2,900 characters, neighbours"
-    " by their subject; a slower machine than the rows above), p50 / p95 ms": (
+    "The same context with today's excerpts (turns by rank within 2,850 characters, neighbours"
+    " by their subject, the named side first; a slower machine than the rows above), p50 / p95"
+    " ms": (
         Figures(
-            "vector.gate.json",
+            "vector.side.json",
             [("context", "row", "p50_ms"), ("context", "row", "p95_ms")],
         )
     ),
