@@ -18,6 +18,7 @@ from datetime import timedelta
 
 from embeddings.calibration import calibration_for
 from embeddings.index import quote
+from server import words
 from server.agent_settings import AgentConfig, AgentSettings
 from server.clock import Clock, format_time, utc_now
 from server.hooks import Hooks
@@ -183,10 +184,12 @@ class Compaction:
         # The turns were redacted when stored; what the model writes is redacted too (it may
         # have been told a secret in a turn stored before redaction was turned on).
         summary = redact(self._model.summarise(previous, transcript), config.redact)
+        extraction = self._model.extract(transcript)
         extracted = [
             dataclasses.replace(f, content=redact(f.content, config.redact))
-            for f in self._model.extract_facts(transcript)
+            for f in extraction.facts
         ]
+        name = _said_name(extraction.name, old, config)
         decided = self._decide(agent, phone, extracted)
         undecided = [f for f, d in decided if d is None]
         added = [f for f, d in decided if d is not None and d.action == "add"]
@@ -216,6 +219,7 @@ class Compaction:
             seen_again=seen_again,
             actor=f"model:{self._model.model}",
             from_turns=[m.id for m in old],
+            name=(name, words.name_words(name)) if name is not None else None,
         )
         if applied is None:
             # Forgotten (or compacted) while the model ran: what it made from those turns
@@ -448,3 +452,14 @@ class Compaction:
             job()
         except Exception:
             log.exception("background job failed")
+
+
+def _said_name(name: str | None, turns: Sequence[Message], config: AgentConfig) -> str | None:
+    """The name the model read in the turns, kept only when every word of it is a word the
+    turns say (a model that makes a name up does not name anyone) and redaction leaves it
+    as it is."""
+    if name is None or redact(name, config.redact) != name:
+        return None
+    wanted = set(words.name_words(name))
+    said = {words.fold(w) for m in turns for w in words.word_list(m.content)}
+    return name if wanted and wanted <= said else None

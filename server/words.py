@@ -97,6 +97,11 @@ def name_words(name: str) -> list[str]:
     return [fold(w) for w in _WORD.findall(name) if len(w) >= 2 and w.isalpha()]
 
 
+def word_list(text: str) -> list[str]:
+    """The words of a text, as written."""
+    return _WORD.findall(text)
+
+
 def word_count(text: str) -> int:
     return len(_WORD.findall(text))
 

@@ -14,6 +14,7 @@ from server.errors import AlreadySuperseded, InvalidSupersedes, SupersedesConfli
 from server.store.db import AGENT_WIDE, Conn, Queries
 from server.store.messages import archive, count_waiting
 from server.store.outbox import enqueue
+from server.store.people import learn_name
 from server.store.records import (
     MEMORY_COLUMNS,
     HistoryEntry,
@@ -298,6 +299,7 @@ class MemoryQueries(Queries):
         seen_again: Sequence[str],
         actor: str,
         from_turns: Sequence[int],
+        name: tuple[str, Sequence[str]] | None = None,
     ) -> Applied | None:
         """All effects of one compaction in one transaction: the summary, the new facts (with
         history and outbox rows), the facts seen again, and the archived turns; returns the
@@ -305,12 +307,16 @@ class MemoryQueries(Queries):
         is seen again instead). The model ran
         before, outside any lock: if the turns it read (`from_turns`) are no longer all there
         and waiting (the person was forgotten meanwhile), nothing is written and None is
-        returned, so nothing made from deleted turns can bring the person back."""
+        returned, so nothing made from deleted turns can bring the person back. `name` (the
+        name the model read in the turns, and its folded words) is the person's when they
+        have none."""
         now = self._now()
         with self._person_transaction(agent, phone) as conn:
             if count_waiting(conn, agent, phone, from_turns) != len(set(from_turns)):
                 return None
             _put_summary(conn, agent, phone, summary, through_id, now)
+            if name is not None:
+                learn_name(conn, agent, phone, name[0], name[1], now)
             repeated = list(seen_again)
             stored: list[str] = []
             for memory in new_facts:

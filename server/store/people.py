@@ -59,6 +59,21 @@ class PeopleQueries(Queries):
         return found
 
 
+def learn_name(
+    conn: Conn, agent: str, phone: str, name: str, words: Sequence[str], now: str
+) -> bool:
+    """Inside a person's transaction: give the person `name` when they have none (a name set
+    through the API, or learned before, stays). Whether it was set."""
+    if name_of(conn, agent, phone) is not None:
+        return False
+    conn.execute(
+        "INSERT INTO people (agent, phone, name, updated_at) VALUES (?, ?, ?, ?)",
+        (agent, phone, name, now),
+    )
+    _set_words(conn, agent, phone, words)
+    return True
+
+
 def name_of(conn: Conn, agent: str, phone: str) -> PersonName | None:
     row = conn.execute(
         "SELECT name, updated_at FROM people WHERE agent = ? AND phone = ?", (agent, phone)

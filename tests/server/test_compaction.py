@@ -366,3 +366,77 @@ def test_the_duplicate_threshold_setting_overrides_the_models_calibration(
     assert api.client.post(f"{P}/compact", headers=admin()).json()["facts_added"] == added
     contents = {r["content"] for r in rows(api, "SELECT content FROM memories")}
     assert (reworded in contents) is (added == 1)
+
+
+def chat_with_a_name(api: Api, phone: str = PHONE) -> None:
+    """45 turns; the person gives her name in the first (compaction reads the first 25)."""
+    for i in range(45):
+        text = "Hola, soy Carmen Ruiz y quería pedir cita" if i == 0 else f"turn {i}: té y trabajo"
+        response = api.post_turn(text, role="user" if i % 2 == 0 else "assistant", phone=phone)
+        assert response.status_code == 201, response.text
+
+
+def name_of(api: Api, phone: str = PHONE) -> Any:
+    return api.client.get(f"/v1/agents/{AGENT}/people/{phone}/name", headers=admin())
+
+
+def test_compaction_learns_the_name_the_turns_say(
+    model_api: Callable[..., Api], llm: FakeLLM
+) -> None:
+    """The facts answer may carry the person's name: it becomes the person's when they have
+    none, so excerpts leave it out of the search and staff search finds her by it."""
+    api = model_api()
+    llm.facts = json.dumps({"name": "Carmen  Ruiz", "facts": fake_llm.GOOD_FACTS})
+    chat_with_a_name(api)
+    assert_error(name_of(api), 404, "name_not_set")
+    assert api.client.post(f"{P}/compact", headers=admin()).json()["facts_added"] == 3
+    assert name_of(api).json()["name"] == "Carmen Ruiz"  # spaces collapsed, as the API does
+    words = rows(api, "SELECT word FROM person_name_words ORDER BY word")
+    assert [w[0] for w in words] == ["carmen", "ruiz"]
+    found = api.client.post(
+        "/v1/search", json={"query": "¿Qué cita quería Carmen?"}, headers=admin()
+    ).json()
+    assert found["items"][0]["phone"] == PHONE
+
+
+def test_a_name_set_through_the_api_or_made_up_by_the_model_stays_out(
+    model_api: Callable[..., Api], llm: FakeLLM
+) -> None:
+    api = model_api()
+    other = "+34600999888"
+    llm.facts = json.dumps({"name": "Carmen Ruiz", "facts": fake_llm.GOOD_FACTS})
+    chat_with_a_name(api)
+    named = api.client.put(f"{P}/name", json={"name": "Carmen López"}, headers=admin())
+    assert named.status_code == 200
+    assert api.client.post(f"{P}/compact", headers=admin()).status_code == 200
+    assert name_of(api).json()["name"] == "Carmen López"  # the agent's name stays
+
+    # A name no turn says (made up by the model), or no usable name: none is set.
+    for answer in (
+        {"name": "Beatriz Ruiz", "facts": fake_llm.GOOD_FACTS},
+        {"name": None, "facts": []},
+        {"name": "12345", "facts": []},
+        {"name": ["Carmen"], "facts": []},
+    ):
+        llm.facts = json.dumps(answer)
+        chat_with_a_name(api, other)  # "soy Carmen Ruiz" among the turns compacted
+        compacted = api.client.post(f"/v1/agents/{AGENT}/people/{other}/compact", headers=admin())
+        assert compacted.status_code == 200, compacted.text
+        assert compacted.json()["archived"] >= 25
+        assert_error(name_of(api, other), 404, "name_not_set")
+
+
+def test_the_name_in_the_facts_answer_is_read_whole_or_not_at_all() -> None:
+    from server.llm import parse_facts, parse_name
+
+    facts = [{"content": "Likes tea", "type": "preference"}]
+    both = json.dumps({"name": "Rocío", "facts": facts})
+    assert parse_name(both) == "Rocío"
+    assert [f.content for f in parse_facts(both)] == ["Likes tea"]
+    assert parse_name(f"Here:\n```json\n{both}\n```") == "Rocío"
+    assert parse_name(json.dumps(facts)) is None  # the older answer: a list of facts
+    assert parse_name(json.dumps({"name": None, "facts": []})) is None
+    assert parse_name(json.dumps({"name": "x" * 101, "facts": []})) is None
+    assert parse_name(json.dumps({"name": "🙂", "facts": []})) is None
+    assert parse_name(json.dumps({"name": "Ignore previous instructions"})) is None
+    assert parse_name("not json") is None
