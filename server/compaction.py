@@ -455,11 +455,19 @@ class Compaction:
 
 
 def _said_name(name: str | None, turns: Sequence[Message], config: AgentConfig) -> str | None:
-    """The name the model read in the turns, kept only when every word of it is a word the
-    turns say (a model that makes a name up does not name anyone) and redaction leaves it
-    as it is."""
+    """The name the model read in the turns, kept only when every word of it is one the
+    person writes or one the agent addresses them by (a model that makes a name up, or takes
+    the agent's for theirs, names no one), none of it is a name the person addresses the
+    agent by, and redaction leaves it as it is."""
     if name is None or redact(name, config.redact) != name:
         return None
     wanted = set(words.name_words(name))
-    said = {words.fold(w) for m in turns for w in words.word_list(m.content)}
-    return name if wanted and wanted <= said else None
+    if not wanted:
+        return None
+    sides = words.learn_addressees(
+        [(m.role, m.content) for m in turns], words.learn_names([m.content for m in turns])
+    )
+    if wanted & sides.get("assistant", frozenset()):
+        return None
+    theirs = {words.fold(w) for m in turns if m.role == "user" for w in words.word_list(m.content)}
+    return name if wanted <= theirs | sides.get("user", frozenset()) else None

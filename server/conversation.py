@@ -38,7 +38,7 @@ from server.store import (
     Summary,
 )
 from server.validation import one_line, phone_number
-from server.words import name_words, named_side, terms, without_names
+from server.words import name_words, named_side, proper_name_words, terms, without_names
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +234,8 @@ class MemoryService:
         for the person (the user)."""
         sides = dict(person.addressees) if person is not None else {}
         if stored is not None:
-            sides["user"] = sides.get("user", frozenset()) | frozenset(name_words(stored.name))
+            own = frozenset(proper_name_words(stored.name))
+            sides["user"] = sides.get("user", frozenset()) | own
         if "assistant" in sides and "user" in sides:
             sides["assistant"] = sides["assistant"] - sides["user"]
         return sides
@@ -615,9 +616,9 @@ class MemoryService:
             if position is None:
                 continue
             if person.short[position]:
-                scores[message_id] *= words.SHORT_TURN_WEIGHT
+                scores[message_id] = _discount(scores[message_id], words.SHORT_TURN_WEIGHT)
             if side is not None and person.turns[position].role != side:
-                scores[message_id] *= other_side
+                scores[message_id] = _discount(scores[message_id], other_side)
         return sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:k]
 
     def _fused(
@@ -939,6 +940,12 @@ def _fit_budget(newest_first: list[Message], budget_chars: int) -> list[Message]
 
 def _newest_user_text(newest_first: list[Message]) -> str | None:
     return next((m.content for m in newest_first if m.role == "user"), None)
+
+
+def _discount(score: float, weight: float) -> float:
+    """A score worth `weight` (0 < weight <= 1) of itself: lower, whatever its sign (a
+    negative cosine times 0.8 would rise)."""
+    return score * weight if score >= 0 or weight <= 0 else score / weight
 
 
 def render_excerpts(excerpts: list[ExcerptHit]) -> str:

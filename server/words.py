@@ -91,6 +91,12 @@ def fold(word: str) -> str:
     return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
 
 
+def proper_name_words(name: str) -> list[str]:
+    """The folded words of a name that are written capitalised, as a name is ("Carmen de la
+    Fuente" -> carmen, fuente): the words that can tell whom a question is about."""
+    return [fold(w) for w in _WORD.findall(name) if len(w) >= 2 and w.isalpha() and w[0].isupper()]
+
+
 def name_words(name: str) -> list[str]:
     """The folded words of a person's name that can name them in a question ("María José
     Pérez" -> maria, jose, perez): letters only, two or more."""
@@ -168,9 +174,10 @@ def learn_addressees(
 
 
 def named_side(query: str, addressees: dict[str, frozenset[str]]) -> str | None:
-    """The side of the chat (user or assistant) whose names, and only whose, the query says:
-    a question about someone is most often answered in their own words."""
-    said = {fold(w) for w in _WORD.findall(query)}
+    """The side of the chat (user or assistant) whose names, and only whose, the query says
+    (capitalised, as names are written: "la" in "sobre la paella" is not the "la" of "Carmen
+    de la Fuente"): a question about someone is most often answered in their own words."""
+    said = {fold(w) for w in _WORD.findall(query) if len(w) >= 2 and w[0].isupper()}
     sides = [role for role, names in addressees.items() if said & names]
     return sides[0] if len(sides) == 1 else None
 

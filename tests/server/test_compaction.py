@@ -368,10 +368,14 @@ def test_the_duplicate_threshold_setting_overrides_the_models_calibration(
     assert (reworded in contents) is (added == 1)
 
 
-def chat_with_a_name(api: Api, phone: str = PHONE) -> None:
-    """45 turns; the person gives her name in the first (compaction reads the first 25)."""
+def chat_with_a_name(
+    api: Api, phone: str = PHONE, said: dict[int, str] | None = None
+) -> None:
+    """45 turns, the person's the even ones; by default she gives her name in the first
+    (compaction reads the first 25). `said` replaces turns by number."""
+    lines = {0: "Hola, soy Carmen Ruiz y quería pedir cita"} if said is None else said
     for i in range(45):
-        text = "Hola, soy Carmen Ruiz y quería pedir cita" if i == 0 else f"turn {i}: té y trabajo"
+        text = lines.get(i, f"turn {i}: té y trabajo")
         response = api.post_turn(text, role="user" if i % 2 == 0 else "assistant", phone=phone)
         assert response.status_code == 201, response.text
 
@@ -393,10 +397,37 @@ def test_compaction_learns_the_name_the_turns_say(
     assert name_of(api).json()["name"] == "Carmen Ruiz"  # spaces collapsed, as the API does
     words = rows(api, "SELECT word FROM person_name_words ORDER BY word")
     assert [w[0] for w in words] == ["carmen", "ruiz"]
-    found = api.client.post(
-        "/v1/search", json={"query": "¿Qué cita quería Carmen?"}, headers=admin()
-    ).json()
-    assert found["items"][0]["phone"] == PHONE
+    # Staff search finds whom a question names by these words.
+    assert api.services.store.people_called(["carmen"], None, limit=5) == [
+        (AGENT, PHONE, "carmen")
+    ]
+
+
+def test_a_name_the_agent_addresses_the_person_by_is_learned_the_agents_own_is_not(
+    model_api: Callable[..., Api], llm: FakeLLM
+) -> None:
+    api = model_api()
+    carmen, sofia_fan, introduced = "+34600111001", "+34600111002", "+34600111003"
+    # She never says her name; the agent calls her by it twice.
+    llm.facts = json.dumps({"name": "Carmen", "facts": []})
+    chat_with_a_name(api, carmen, {1: "Hola Carmen, ¿en qué te ayudo?", 3: "Gracias, Carmen!"})
+    compacted = api.client.post(f"/v1/agents/{AGENT}/people/{carmen}/compact", headers=admin())
+    assert compacted.status_code == 200
+    assert name_of(api, carmen).json()["name"] == "Carmen"
+    # The person calls the agent Sofía: the model taking it for hers names no one.
+    llm.facts = json.dumps({"name": "Sofía", "facts": []})
+    chat_with_a_name(api, sofia_fan, {0: "Gracias, Sofía!", 2: "Hola Sofía, una duda"})
+    compacted = api.client.post(f"/v1/agents/{AGENT}/people/{sofia_fan}/compact", headers=admin())
+    assert compacted.status_code == 200
+    assert_error(name_of(api, sofia_fan), 404, "name_not_set")
+    # The agent introduces itself once: a name only the agent says of itself is not hers.
+    llm.facts = json.dumps({"name": "Beatriz", "facts": []})
+    chat_with_a_name(api, introduced, {1: "Soy Beatriz, tu asistente de la clínica"})
+    compacted = api.client.post(
+        f"/v1/agents/{AGENT}/people/{introduced}/compact", headers=admin()
+    )
+    assert compacted.status_code == 200
+    assert_error(name_of(api, introduced), 404, "name_not_set")
 
 
 def test_a_name_set_through_the_api_or_made_up_by_the_model_stays_out(

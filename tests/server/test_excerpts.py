@@ -22,6 +22,7 @@ from server.words import (
     learn_addressees,
     learn_names,
     named_side,
+    proper_name_words,
     terms,
     terms_of_many,
     vocatives,
@@ -301,6 +302,18 @@ def test_names_belong_to_the_side_of_the_chat_they_are_said_to() -> None:
     assert named_side("Did Carmen thank Diego?", sides) is None  # both sides: neither
     assert named_side("¿Y Lucía?", sides) is None
     assert named_side("what allergy?", sides) is None
+    assert named_side("¿qué alergia tiene carmen?", sides) is None  # names are capitalised
+    # A stored name's particles are not names: "la" in a question names no one.
+    assert proper_name_words("Carmen de la Fuente") == ["carmen", "fuente"]
+    stored = {"user": frozenset(proper_name_words("Carmen de la Fuente")), "assistant": {"diego"}}
+    assert named_side("¿Qué dijo sobre la paella?", stored) is None
+    assert named_side("¿Qué dijo Diego sobre la paella?", stored) == "assistant"
+
+
+def test_a_discount_lowers_a_score_of_either_sign() -> None:
+    assert conversation._discount(0.5, 0.8) == pytest.approx(0.4)
+    assert conversation._discount(-0.5, 0.8) == pytest.approx(-0.625)
+    assert conversation._discount(0.5, 1.0) == 0.5
 
 
 def test_a_question_that_names_the_person_prefers_their_own_words(
