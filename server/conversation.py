@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -227,6 +227,14 @@ class MemoryService:
         learned = person.names if person is not None else frozenset()
         return learned | frozenset(name_words(stored.name)) if stored else learned
 
+    def _person_query(
+        self, person: PersonTurns | None, stored: PersonName | None, query: str
+    ) -> tuple[str, str | None]:
+        """The query as a person's archived turns are searched (without the names the chat
+        calls its people by), and the side of the chat it names, if only one."""
+        side = named_side(query, self._addressees(person, stored))
+        return without_names(query, self._names(person, stored)), side
+
     def _addressees(
         self, person: PersonTurns | None, stored: PersonName | None
     ) -> dict[str, frozenset[str]]:
@@ -315,8 +323,7 @@ class MemoryService:
             # say it are greetings. Facts keep the question as asked (they name the person
             # as the question does). Both embeddings and the keyword half run at once.
             person = self.person_turns(agent, phone)
-            excerpt_query = without_names(query, self._names(person, stored_name))
-            side = named_side(query, self._addressees(person, stored_name))
+            excerpt_query, side = self._person_query(person, stored_name, query)
             encoder = self._indexer.space.encoder
             embedding = self._searches.submit(lambda: encoder.encode_query([query])[0])
             excerpt_embedding = (
@@ -526,7 +533,14 @@ class MemoryService:
                 continue
             for j in range(max(0, i - EXCERPT_NEIGHBOURS), min(n, i + EXCERPT_NEIGHBOURS + 1)):
                 wanted.add(person.turns[j].id)
-        missing = [f"turn:{i}" for i in sorted(wanted) if i not in cosines]
+        self._stored_cosines(sorted(wanted), cosines, vector)
+
+    def _stored_cosines(
+        self, message_ids: Iterable[int], cosines: dict[int, float], vector: Callable[[], Vectors]
+    ) -> None:
+        """Add to `cosines` those of these archived turns it lacks, from their stored vectors
+        (one read of the index, none when nothing is missing)."""
+        missing = [f"turn:{i}" for i in message_ids if i not in cosines]
         if not missing:
             return
         query = vector()
@@ -543,9 +557,7 @@ class MemoryService:
         person = self.person_turns(agent, phone)
         if person is None or not query.strip():
             return []
-        stored = self._store.name_of(agent, phone)
-        side = named_side(query, self._addressees(person, stored))
-        query = without_names(query, self._names(person, stored))
+        query, side = self._person_query(person, self._store.name_of(agent, phone), query)
         encoder = self._indexer.space.encoder
         made: list[Vectors] = []
 
@@ -627,13 +639,8 @@ class MemoryService:
         """weight * cosine + (1 - weight) * bm25 / (bm25 + scale), as the shared index fuses
         (embeddings/index.py, fuse_scores): a keyword hit the semantic half did not return
         gets its own cosine from its stored vector."""
-        space = self._indexer.space
-        missing = [f"turn:{i}" for i in bm25 if i not in cosines]
-        if missing:
-            query = vector()
-            for row_id, stored in space.index.vectors(missing).items():
-                cosines[int(row_id.removeprefix("turn:"))] = float(stored @ query)
-        calibration = calibration_for(space.encoder.name)
+        self._stored_cosines(bm25, cosines, vector)
+        calibration = calibration_for(self._indexer.space.encoder.name)
         weight, scale = calibration.excerpt_weight, calibration.excerpt_scale
         return {
             i: weight * cosines.get(i, 0.0)

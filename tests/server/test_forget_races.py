@@ -52,7 +52,8 @@ def forget(api: Api, phone: str = PHONE) -> None:
 
 def assert_person_gone(api: Api, phone: str = PHONE) -> None:
     """Nothing of the person in SQLite, the index, export, context, staff search or audit."""
-    for table in ("messages", "memories", "summaries", "memory_history", "outbox"):
+    tables = ("messages", "memories", "summaries", "memory_history", "outbox", "people")
+    for table in (*tables, "person_name_words"):
         assert db(api, f"SELECT * FROM {table} WHERE phone = ?", phone) == [], table
     index = api.services.indexer.space.index
     assert index.count(f"phone = '{phone}'") == 0
@@ -85,6 +86,10 @@ def test_a_forget_during_the_model_call_leaves_nothing_made_from_the_turns(
     api_factory: Callable[..., Api], llm: FakeLLM, hooks: Hooks
 ) -> None:
     api = api_factory(llm_base_url=llm.base_url, llm_retries=0, hooks=hooks)
+    # She gives her name, and the model reads it: a forget while it answers leaves no name.
+    assert api.post_turn("Hola, soy Rocío", role="user").status_code == 201
+    assert api.post_turn("Hola Rocío, dime", role="assistant").status_code == 201
+    llm.facts = json.dumps({"name": "Rocío", "facts": [{"content": f"Likes {CANARY}"}]})
     conversation(api)
     conversation(api, 3, phone=OTHER)
     hooks.once("compaction.model_answered", lambda: forget(api))
