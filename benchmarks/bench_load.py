@@ -67,6 +67,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from server.cli import NEW_DATABASE  # noqa: E402
 from server.config import DEFAULT_MODEL  # noqa: E402  (the server's default model)
 
 ADMIN_KEY = "bench-admin-key-0123456789"
@@ -231,8 +232,9 @@ class Replica:
             self.log_lines = [
                 line
                 for line in self.log.read_text(errors="replace").splitlines()
-                # the serve command says which folder it serves first: that is not a problem
-                if not line.startswith("memory-server: data folder ")
+                # the serve command says which folder it serves (and that it made the run's
+                # new database): that is not a problem
+                if not line.startswith(("memory-server: data folder ", NEW_DATABASE))
             ]
 
 

@@ -1,6 +1,7 @@
 """The memory-server command: serve, keys, reindex, compact, forget, backup, restore, sweep,
 mcp. Each says on stderr which data folder (and database) it acts on; those that read or change
-data refuse one that holds no database, rather than make an empty one and report on it."""
+data refuse one that holds no database, rather than make an empty one and report on it; serve
+and keys create, which make one there, say so and where."""
 
 from __future__ import annotations
 
@@ -36,6 +37,10 @@ if TYPE_CHECKING:
 # The commands that read or change data, and so need a database to be there. serve and keys
 # create make one; restore brings its own (it checks its backup before it makes anything).
 _READS_DATA = frozenset({"forget", "sweep", "reindex", "compact", "backup"})
+
+
+# The start of the line that says a command made a new database (the benchmarks skip it).
+NEW_DATABASE = "memory-server: created a new database at"
 
 
 class NoDatabase(Exception):
@@ -85,6 +90,27 @@ def _acted_on(settings: Settings) -> str:
     elif settings.lance_uri:
         said += f"; vectors {settings.lance_path.resolve()}"
     return said
+
+
+def _say_if_created(settings: Settings, store: Store) -> None:
+    """On stderr, when opening the store made a new database: run from the wrong folder (or
+    with the wrong MEMORY_DATABASE_URL), serve and keys create make one in silence, and the
+    key made there then gets 401 from the server that runs elsewhere."""
+    if not store.created:
+        return
+    if settings.database_url:
+        said = (
+            f"{NEW_DATABASE} {_shown_url(settings.database_url)}, which held no memory-server"
+            " schema (if the server has its data elsewhere, set MEMORY_DATABASE_URL as it has"
+            " it)"
+        )
+    else:
+        said = (
+            f"{NEW_DATABASE} {settings.sqlite_path.resolve()}, where none was (if the server"
+            " has its data elsewhere, set MEMORY_DATA_DIR to its data folder: the default is"
+            " ./data of the folder the command runs in)"
+        )
+    print(said, file=sys.stderr, flush=True)
 
 
 def _reads_data(args: argparse.Namespace) -> bool:
@@ -149,12 +175,15 @@ def _serve(rt: Runtime, _: argparse.Namespace) -> int:
 
         return create_app(settings, encoder_factory=rt.encoder_factory, progress=progress)
 
+    def ready(app: FastAPI) -> None:
+        _say_if_created(settings, app.state.services.store)
+
     def stop() -> None:
         failed.append(True)
         server.should_exit = True
 
     config = uvicorn.Config(
-        Starter(settings, build, on_failure=stop),
+        Starter(settings, build, on_ready=ready, on_failure=stop),
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
@@ -216,6 +245,7 @@ def _keys(rt: Runtime, args: argparse.Namespace) -> int:
     if args.keys_command == "create":  # the one command besides serve that may make a database
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     store = Store.open(settings)
+    _say_if_created(settings, store)
     keys = KeyRing(store, settings.admin_key)
     try:
         if args.keys_command == "create":
@@ -387,7 +417,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Every command but mcp says first, on stderr, the data folder it acts on"
         " (MEMORY_DATA_DIR, default ./data of the folder it runs in) and the database"
         " (MEMORY_DATABASE_URL). Those that read or change data refuse a folder that holds no"
-        " database (exit 2): only serve and keys create make one.",
+        " database (exit 2): only serve and keys create make one, and they say so on stderr"
+        " with where.",
     )
     parser.add_argument("--version", action="version", version=__version__)
     commands = parser.add_subparsers(dest="command")

@@ -33,7 +33,8 @@ RETRY_AFTER_S = 2
 
 class Starter:
     """The ASGI app `serve` runs: `build` makes the real app (in a thread); until its start-up
-    is done, requests are answered 503 starting. `on_failure` is called once if it fails."""
+    is done, requests are answered 503 starting. `on_failure` is called once if it fails,
+    `on_ready` with the real app once its start-up is done."""
 
     def __init__(
         self,
@@ -41,10 +42,12 @@ class Starter:
         build: Callable[[Callable[[str], None]], ASGIApp],
         *,
         on_failure: Callable[[], None],
+        on_ready: Callable[[Any], None] | None = None,  # given the real app (FastAPI)
     ) -> None:
         self.settings = settings
         self._build = build
         self._on_failure = on_failure
+        self._on_ready = on_ready
         self.phase = "importing the model stack"
         self.failure: str | None = None
         self.app: ASGIApp | None = None  # the real app, once its start-up is done
@@ -101,6 +104,8 @@ class Starter:
         self._lifespan = lifespan
         self.app = app
         log.info("ready in %.1f s", time.monotonic() - self._started)
+        if self._on_ready is not None:
+            self._on_ready(app)
 
     async def _stop(self) -> None:
         if self._boot is not None and not self._boot.done():

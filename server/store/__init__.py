@@ -107,6 +107,7 @@ class Store(
         else:
             raise ValueError("a SQLite path or a database URL")
         self._db = db
+        self.created = False  # whether opening it made the schema (it held none)
         try:
             self._migrate()
         except BaseException:
@@ -142,7 +143,7 @@ class Store(
 
     def _migrate(self) -> None:
         """Apply the migrations not applied yet (also run at every start)."""
-        migrate(self._db, self._now())
+        self.created = migrate(self._db, self._now())
 
     def schema_version(self) -> int:
         row = self._reader().execute("SELECT MAX(version) FROM schema_migrations").fetchone()

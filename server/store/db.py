@@ -115,14 +115,17 @@ class SchemaTooNew(RuntimeError):
     tables. Raised at start-up, before anything is written."""
 
 
-def migrate(db: Database, now: str) -> None:
-    """Each migration in its own transaction, together with its record."""
+def migrate(db: Database, now: str) -> bool:
+    """Each migration in its own transaction, together with its record. True when the
+    database held no schema before: this call made it (under the migration lock, so of
+    processes starting at once only the one that made it says so)."""
     with db.migrating():
-        _migrate(db, now)
+        created = _migrate(db, now)
     db.after_migrations()
+    return created
 
 
-def _migrate(db: Database, now: str) -> None:
+def _migrate(db: Database, now: str) -> bool:
     with db.transaction() as conn:
         conn.execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations"
@@ -145,6 +148,7 @@ def _migrate(db: Database, now: str) -> None:
                 "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
                 (version, now),
             )
+    return not done
 
 
 def statements(script: str) -> list[str]:

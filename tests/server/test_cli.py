@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from server.app import create_app
-from server.cli import main
+from server.cli import NEW_DATABASE, main
 from server.config import Settings
 from server.hooks import Hooks
 from server.reindex import rebuild_index
@@ -453,3 +453,51 @@ def test_the_reindex_bar_ends_at_the_items_the_result_counts(
         assert int(done) <= int(total), err
     assert re.search(r"\d+ ?items? \[", err) is None, err  # the count without its total
     assert " items/s" in err, err
+
+
+# -- a new database is said (issue 39, defect 7) ------------------------------------------------
+
+
+def _new_database_line(folder: Path, database_url: str | None) -> str:
+    where = database_url if database_url else str((folder / "memory.db").resolve())
+    return f"{NEW_DATABASE} {where}"
+
+
+def test_keys_create_says_when_it_makes_a_new_database_and_where(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    empty_database: str | None,
+) -> None:
+    """Run from the wrong folder, `keys create` made ./data/memory.db in silence; the key it
+    printed then got 401 from the server running elsewhere, with no hint why."""
+    _in_a_fresh_folder(tmp_path / "elsewhere", monkeypatch, empty_database)
+    assert main(["keys", "create", "--scope", "admin", "--json"]) == 0
+    said = capsys.readouterr()
+    json.loads(said.out)  # stdout stays the key alone
+    lines = said.err.splitlines()
+    folder = tmp_path / "elsewhere" / "data"
+    assert lines[1].startswith(_new_database_line(folder, empty_database)), said.err
+    hint = "MEMORY_DATABASE_URL" if empty_database else "MEMORY_DATA_DIR"
+    assert hint in lines[1], said.err
+
+    assert main(["keys", "create", "--scope", "staff", "--json"]) == 0  # it exists now
+    again = capsys.readouterr()
+    assert NEW_DATABASE not in again.err and len(again.err.splitlines()) == 1, again.err
+
+
+def test_serve_says_when_it_makes_a_new_database_and_where(
+    tmp_path: Path, empty_database: str | None
+) -> None:
+    from tests.live import Server
+
+    folder = tmp_path / "data"
+    env = {"MEMORY_DATABASE_URL": empty_database} if empty_database else {}
+    server = Server(folder, **env)
+    first, second = tmp_path / "first.log", tmp_path / "second.log"
+    for log in (first, second):
+        server.start(stderr=log)
+        server.stop()
+    made = _new_database_line(folder, empty_database)
+    assert made in first.read_text(), first.read_text()
+    assert NEW_DATABASE not in second.read_text(), second.read_text()  # the same one, found
