@@ -460,6 +460,12 @@ class VectorIndex:
                 self._table.checkout_latest()  # type: ignore[no-untyped-call]
                 return run()
 
+    def person_ids(self, agent: str, phone: str) -> list[str]:
+        """The ids of every row stored under this person (agent and number)."""
+        where = f"agent = {quote(agent)} AND phone = {quote(phone)}"
+        table = self._read(lambda: self._table.to_lance().to_table(columns=["id"], filter=where))
+        return [str(i) for i in table.column("id").to_pylist()]
+
     def all_ids(self) -> list[str]:
         table = self._read(lambda: self._table.to_lance().to_table(columns=["id"]))
         return [str(i) for i in table.column("id").to_pylist()]
@@ -480,11 +486,13 @@ class VectorIndex:
             return {}
         where = "id IN (" + ", ".join(quote(i) for i in ids) + ")"
         found = self._read(
-            lambda: self._table.search()
-            .where(where)
-            .select(["id", "vector"])
-            .limit(len(ids))
-            .to_arrow()
+            lambda: (
+                self._table.search()
+                .where(where)
+                .select(["id", "vector"])
+                .limit(len(ids))
+                .to_arrow()
+            )
         )
         if not found.num_rows:
             return {}
@@ -597,22 +605,36 @@ def purge_person_from_table(where: Path | LanceLocation, name: str, agent: str, 
         return _purge_rows(table, f"agent = {quote(agent)} AND phone = {quote(phone)}")
 
 
-def purge_ids_from_table(where: Path | LanceLocation, name: str, ids: Sequence[str]) -> int:
+def person_ids_in_table(
+    where: Path | LanceLocation, name: str, agent: str, phone: str
+) -> list[str]:
+    """The ids of a person's rows in a table of another model."""
+    table = LanceLocation.of(where).connect().open_table(name)
+    found = table.to_lance().to_table(
+        columns=["id"], filter=f"agent = {quote(agent)} AND phone = {quote(phone)}"
+    )
+    return [str(i) for i in found.column("id").to_pylist()]
+
+
+def purge_ids_from_table(
+    where: Path | LanceLocation, name: str, ids: Sequence[str], *, versions: bool = False
+) -> int:
     """Delete rows by id from a table of another model, and make the deletions physical
-    (one rewrite for all of them)."""
+    (one rewrite for all of them). With versions, older versions go even when no row did
+    (rows rewritten under another number leave their old state in them)."""
     location = LanceLocation.of(where)
     step = 500
     filters = [
         "id IN (" + ", ".join(quote(i) for i in ids[at : at + step]) + ")"
         for at in range(0, len(ids), step)
     ]
-    if not filters:
+    if not filters and not versions:
         return 0
     with WriteLock.of(location):
-        return _purge_rows(location.connect().open_table(name), *filters)
+        return _purge_rows(location.connect().open_table(name), *filters, versions=versions)
 
 
-def _purge_rows(table: Any, *filters: str) -> int:
+def _purge_rows(table: Any, *filters: str, versions: bool = False) -> int:
     table.checkout_latest()
     count = 0
     for where in filters:
@@ -620,6 +642,8 @@ def _purge_rows(table: Any, *filters: str) -> int:
         if found:
             table.delete(where)
         count += found
+    if not count and versions:
+        table.to_lance().cleanup_old_versions(timedelta(0), delete_unverified=True)
     if count:
         table.to_lance().optimize.compact_files(materialize_deletions_threshold=0.0)
         table.checkout_latest()  # type: ignore[no-untyped-call]

@@ -223,6 +223,9 @@ def open_services(
     finished = memory.finish_erasures()  # forgets a crash cut short, before anything is served
     if finished:
         step(f"finished {finished} forgets that were cut short")
+    moved = memory.finish_moves()  # moves a crash cut short: the old number purged
+    if moved:
+        step(f"finished {moved} moves that were cut short")
     folded, _ = memory.fold_phone_numbers()  # once per database (README, "Phone numbers")
     if folded:
         step(f"folded {folded} people's numbers into the form they have everywhere else")

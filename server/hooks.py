@@ -12,7 +12,7 @@ class Hooks:
     nothing. The points in the code: compaction.model_answered, memories.loaded,
     memories.before_reembed, indexer.embedded, reindex.embedded, reindex.batch_written,
     staff.searched, forget.journaled, forget.rows_erased, forget.vectors_deleted,
-    forget.vectors_erased."""
+    forget.vectors_erased, move.committed, move.rewritten, move.left."""
 
     def __init__(self) -> None:
         self._at: dict[str, Callable[[], None]] = {}

@@ -20,6 +20,8 @@ from embeddings.index import (
     IndexRow,
     VectorIndex,
     WriteLock,
+    person_ids_in_table,
+    purge_ids_from_table,
     purge_person_from_table,
     table_names,
     vector_text,
@@ -29,7 +31,7 @@ from server.errors import Unavailable
 from server.hooks import Hooks
 from server.serving import ACTIVE_MODEL as ACTIVE_MODEL  # (defined where no model stack loads)
 from server.serving import ACTIVE_TABLE as ACTIVE_TABLE
-from server.store import Memory, Message, OutboxItem, Store, Summary
+from server.store import Memory, Message, OutboxItem, PendingMove, Store, Summary
 from server.store.leases import Lease
 
 log = logging.getLogger(__name__)
@@ -38,6 +40,8 @@ KINDS = ("turn", "fact", "summary")
 # A standby replica tries the lease this often: it takes over within about a second of
 # the holder's death (PostgreSQL: of its session's end).
 LEASE_POLL_S = 1.0
+# A move's journal row older than this is settled by the loop: its request failed to, or died.
+MOVE_SETTLE_AFTER_S = 60.0
 
 
 @dataclass
@@ -413,6 +417,8 @@ class Indexer:
             log.exception("could not reopen the index table; retrying later")
 
     def _idle_maintenance(self) -> None:
+        if self.settle_moves(older_than_s=MOVE_SETTLE_AFTER_S):
+            log.warning("indexer: settled a move whose vectors its request could not write")
         if self.space.index.writes_since_optimize:
             with self.lock:
                 self.space.index.optimize()
@@ -617,16 +623,54 @@ class Indexer:
             self.space.encoder.clear()
             return removed
 
-    def leave_number(self, agent: str, phone: str) -> None:
-        """After a person moved to another number (their rows rewritten under it by id): no
-        row of any table, and no file, keeps the old number (as forget() makes sure of)."""
+    def leave_number(self, agent: str, phone: str) -> int:
+        """After a person moved away from this number (their rows rewritten under the new
+        one by id): every row of every vector table still under it whose item the database
+        no longer holds under it goes, and no older version or file keeps it (as forget()
+        makes sure of). An item another move brought back to the number stays: the
+        database is read and the rows deleted under the lock every index write takes, so
+        a move committed after the read writes its rows after the deletes. Returns how many
+        rows left the table in use."""
         with self.lock:
             index = self.space.index
-            index.delete_person(agent, phone)
+            removed = index.delete_ids(
+                self._left_behind(agent, phone, index.person_ids(agent, phone))
+            )
             index.purge()
             for name in table_names(index.location):
                 if name != index.name:
-                    purge_person_from_table(index.location, name, agent, phone)
+                    ids = person_ids_in_table(index.location, name, agent, phone)
+                    stale = self._left_behind(agent, phone, ids)
+                    purge_ids_from_table(index.location, name, stale, versions=True)
+            return removed
+
+    def _left_behind(self, agent: str, phone: str, ids: Sequence[str]) -> list[str]:
+        kept = self._store.stored_under(agent, phone, ids)
+        return [i for i in ids if i not in kept]
+
+    def settle_move(self, move: PendingMove) -> None:
+        """A committed move's vectors: the person's items waiting under the new number are
+        written first (their stored vectors reused), then the old number is left and the
+        move's journal row ends. Safe to run again, and in any order with other moves."""
+        refs: dict[str, list[str]] = {}
+        for item in self._store.outbox_of(move.agent, move.new):
+            refs.setdefault(item.kind, []).append(item.ref_id)
+        for kind, ids in refs.items():
+            self.index_now(kind, ids)
+        self._hooks.reach("move.rewritten")
+        self.leave_number(move.agent, move.old)
+        self._hooks.reach("move.left")
+        self._store.end_move(move)
+
+    def settle_moves(self, *, older_than_s: float = 0.0) -> int:
+        """Settle every move whose journal row is left (a crash, or a write that failed
+        during the move's request); with older_than_s, only those journaled at least that
+        long ago (the loop leaves a move its own request is still settling). Returns how
+        many."""
+        pending = self._store.pending_moves(older_than_s=older_than_s)
+        for move in pending:
+            self.settle_move(move)
+        return len(pending)
 
     def _follow_active_model(self) -> None:
         """`memory-server reindex --model M` marks M (and its table) active when the table is

@@ -15,7 +15,7 @@ from server.store.keys import KeyQueries
 from server.store.leases import Lease
 from server.store.memories import MemoryQueries
 from server.store.messages import MessageQueries
-from server.store.moves import MoveQueries, NothingToMove, PersonBusy, PersonMove
+from server.store.moves import MoveQueries, NothingToMove, PendingMove, PersonBusy, PersonMove
 from server.store.optouts import OptOutQueries
 from server.store.outbox import OutboxQueries
 from server.store.people import PeopleQueries, PersonName
@@ -52,6 +52,7 @@ __all__ = [
     "Message",
     "NothingToMove",
     "OutboxItem",
+    "PendingMove",
     "PersonBusy",
     "PersonErasure",
     "PersonMove",

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
+from server.clock import format_time
 from server.store.audit import MOVE, person_exists
 from server.store.db import Conn, Queries
 from server.store.people import move_names, name_of
@@ -27,6 +29,15 @@ class PersonMove:
     turn_ids: tuple[str, ...] = ()  # the person's items queued for the indexer, by kind
     memory_ids: tuple[str, ...] = ()
     summary_refs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PendingMove:
+    """A move whose old number may still be in the vector store (its journal row)."""
+
+    agent: str
+    old: str
+    new: str
 
 
 class NothingToMove(LookupError):
@@ -116,6 +127,11 @@ class MoveQueries(Queries):
                 str(r[0])
                 for r in conn.execute("SELECT id FROM memories WHERE agent = ? AND phone = ?", args)
             )
+            conn.execute(  # journaled with the move itself: see pending_moves
+                "INSERT INTO moves (agent, old_phone, new_phone, requested_at)"
+                " VALUES (?, ?, ?, ?) ON CONFLICT (agent, old_phone, new_phone) DO NOTHING",
+                (agent, old, new, now),
+            )
             conn.execute(  # the old number's summary row in the index goes
                 "INSERT INTO outbox (kind, ref_id, agent, phone, enqueued_at)"
                 " VALUES ('summary', ?, ?, ?, ?)",
@@ -161,6 +177,25 @@ class MoveQueries(Queries):
                 ),
             )
         return result
+
+    def pending_moves(self, *, older_than_s: float = 0.0) -> list[PendingMove]:
+        """Moves committed whose old number the vector store may still hold, oldest first: a
+        process killed between the move's commit and the old number's purge leaves one.
+        With older_than_s, only those journaled at least that long ago."""
+        before = format_time(self._clock() - timedelta(seconds=older_than_s))
+        rows = self._reader().execute(
+            "SELECT agent, old_phone, new_phone FROM moves WHERE requested_at < ?"
+            " ORDER BY requested_at",
+            (before,) if older_than_s else ("9999",),
+        )
+        return [PendingMove(str(r[0]), str(r[1]), str(r[2])) for r in rows]
+
+    def end_move(self, move: PendingMove) -> None:
+        with self._transaction() as conn:
+            conn.execute(
+                "DELETE FROM moves WHERE agent = ? AND old_phone = ? AND new_phone = ?",
+                (move.agent, move.old, move.new),
+            )
 
 
 def _check_not_busy(conn: Conn, agent: str, phones: tuple[str, str], now: str) -> None:

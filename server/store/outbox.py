@@ -76,6 +76,36 @@ class OutboxQueries(Queries):
             found.update(str(r[0]) for r in rows)
         return found
 
+    def stored_under(self, agent: str, phone: str, index_ids: Sequence[str]) -> set[str]:
+        """Which of these index row ids ("<kind>:<ref_id>") name an item the database holds
+        under this person now (a move elsewhere may have taken it, or brought it back)."""
+        refs: dict[str, list[str]] = {}
+        for index_id in index_ids:
+            kind, _, ref = index_id.partition(":")
+            if kind in _SOURCES:
+                refs.setdefault(kind, []).append(ref)
+        found: set[str] = set()
+        for kind, wanted in refs.items():
+            source = _SOURCES[kind]
+            for chunk in chunks(_keys_of(source, wanted)):
+                marks = ",".join("?" * len(chunk))
+                rows = self._reader().execute(
+                    f"SELECT {source.ref} FROM {source.table} WHERE {source.key} IN ({marks})"
+                    " AND agent = ? AND phone = ?",
+                    (*chunk, agent, phone),
+                )
+                found.update(f"{kind}:{r[0]}" for r in rows)
+        return found
+
+    def outbox_of(self, agent: str, phone: str) -> list[OutboxItem]:
+        """The person's items waiting for the indexer."""
+        rows = self._reader().execute(
+            "SELECT id, kind, ref_id, agent, phone FROM outbox WHERE agent = ? AND phone = ?"
+            " ORDER BY id",
+            (agent, phone),
+        )
+        return [OutboxItem(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+
     def queued_refs(self, kind: str) -> set[str]:
         """ref_ids of a kind waiting in the outbox."""
         rows = self._reader().execute("SELECT ref_id FROM outbox WHERE kind = ?", (kind,))

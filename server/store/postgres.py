@@ -33,6 +33,7 @@ ERASED_TABLES = (
     "audit",
     "opt_outs",
     "erasures",
+    "moves",
     "people",
     "person_name_words",
 )

@@ -261,6 +261,17 @@ SQLITE_MIGRATIONS: list[str] = [
         PRIMARY KEY (word, agent, phone)
     );
     CREATE INDEX person_name_words_person ON person_name_words (agent, phone);
+    """,    """
+    -- Moves under way (issue 39): written in the move's own transaction and removed once no
+    -- row of any vector table, and no older version of one, holds the old number, so a move
+    -- that a crash cut short is finished at the next start-up (as a forget's journal is).
+    CREATE TABLE moves (
+        agent TEXT NOT NULL,
+        old_phone TEXT NOT NULL,
+        new_phone TEXT NOT NULL,
+        requested_at TEXT NOT NULL,
+        PRIMARY KEY (agent, old_phone, new_phone)
+    );
     """,
 ]
 
@@ -441,5 +452,16 @@ POSTGRES_MIGRATIONS: list[str] = [
         PRIMARY KEY (word, agent, phone)
     );
     CREATE INDEX person_name_words_person ON person_name_words (agent, phone);
+    """,    """
+    -- Moves under way (issue 39): written in the move's own transaction and removed once no
+    -- row of any vector table, and no older version of one, holds the old number, so a move
+    -- that a crash cut short is finished at the next start-up (as a forget's journal is).
+    CREATE TABLE moves (
+        agent TEXT NOT NULL,
+        old_phone TEXT NOT NULL,
+        new_phone TEXT NOT NULL,
+        requested_at TEXT NOT NULL,
+        PRIMARY KEY (agent, old_phone, new_phone)
+    );
     """,
 ]

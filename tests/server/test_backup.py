@@ -332,7 +332,7 @@ def test_restoring_an_older_schema_drops_the_later_tables_and_migrates_again(
     Store.open(settings).close()
     # The database as version 4 left it (compaction_claims came with version 5, opt_outs and
     # an index of messages with version 6, erasures with version 7, memories' validity
-    # with version 8, people's names with version 9).
+    # with version 8, people's names with version 9, the moves' journal with version 10).
     execute(settings, "DROP TABLE compaction_claims")
     execute(settings, "DROP TABLE erasures")
     execute(settings, "DROP TABLE opt_outs")
@@ -340,6 +340,7 @@ def test_restoring_an_older_schema_drops_the_later_tables_and_migrates_again(
     execute(settings, "DROP INDEX memories_superseded_by")  # (version 8: its columns)
     execute(settings, "DROP TABLE people")  # (version 9)
     execute(settings, "DROP TABLE person_name_words")
+    execute(settings, "DROP TABLE moves")  # (version 10)
     for column in ("valid_from", "invalid_at", "superseded_by", "supersedes"):
         execute(settings, f"ALTER TABLE memories DROP COLUMN {column}")
     execute(settings, "DELETE FROM schema_migrations WHERE version >= 5")

@@ -1,0 +1,106 @@
+"""A move killed by SIGKILL at each step (committed; vectors rewritten under the new number;
+the old number left but the journal not closed) is finished at the next start-up: no file of
+the vector store, in any version, holds the old number, and every item is indexed under the
+new one."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from embeddings.index import VectorIndex
+from tests.backends import query
+from tests.conftest import ADMIN_KEY, make_settings
+from tests.live import ROOT, Server
+from tests.server.test_erasure import lance_texts
+
+pytestmark = pytest.mark.slow
+
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+AGENT, OLD, NEW = "drill", "+15550006666", "+15550007777"
+
+# Runs a move in a process of its own, on the folder's settings, and kills itself with
+# SIGKILL when the move reaches the named point (server/hooks.py).
+CHILD = """
+import os, signal, sys
+from server.app import open_services
+from server.config import Settings
+from server.hooks import Hooks
+
+point, agent, old, new = sys.argv[1:5]
+hooks = Hooks()
+hooks.on(point, lambda: os.kill(os.getpid(), signal.SIGKILL))
+services = open_services(Settings(), hooks=hooks)
+services.memory.move_person(agent, old, new, actor="drill")
+print("the move finished without reaching", point)
+"""
+
+
+def fill(server: Server) -> None:
+    person = f"/v1/agents/{AGENT}/people/{OLD}"
+    with httpx.Client(base_url=server.base, headers=ADMIN, timeout=10) as http:
+        for n in range(12):
+            body = {"role": "user", "content": f"turn {n} about the kiwi", "event_id": f"e{n}"}
+            assert http.post(f"{person}/messages", json=body).status_code == 201
+        memory = {"phone": OLD, "content": "Likes kiwi"}
+        assert http.post(f"/v1/agents/{AGENT}/memories", json=memory).status_code == 201
+        assert http.post(f"{person}/compact").status_code == 200
+    server.wait_indexed()
+
+
+@pytest.mark.parametrize("point", ["move.committed", "move.rewritten", "move.left"])
+def test_a_move_killed_at_any_step_is_finished_at_the_next_start(
+    tmp_path: Path, point: str
+) -> None:
+    data = tmp_path / "data"
+    settings = make_settings(data)
+    server = Server(data)
+    server.start()
+    fill(server)
+    server.stop()
+    env = {
+        **os.environ,
+        "MEMORY_DATA_DIR": str(data),
+        "MEMORY_EMBEDDING_MODEL": "hash:64",
+        "MEMORY_LOG_LEVEL": "warning",
+        "HF_HUB_OFFLINE": "1",
+        **server.database_env(),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, point, AGENT, OLD, NEW],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == -9, (done.returncode, done.stdout, done.stderr[-2000:])
+    assert [tuple(r) for r in query(settings, "SELECT old_phone, new_phone FROM moves")] == [
+        (OLD, NEW)
+    ]
+    if point != "move.left":
+        assert OLD in lance_texts(data / "lance")  # some version still holds it
+    server.start()  # finishes the move before it serves
+    try:
+        server.wait_indexed()
+        found = httpx.post(
+            f"{server.base}/v1/search",
+            json={"query": "kiwi", "mode": "keyword", "limit": 50},
+            headers=ADMIN,
+            timeout=10,
+        ).json()["items"]
+    finally:
+        server.stop()
+    assert found and {item["phone"] for item in found} == {NEW}
+    assert query(settings, "SELECT COUNT(*) FROM moves")[0][0] == 0
+    assert OLD not in lance_texts(data / "lance")
+    index = VectorIndex(data / "lance", "hash:64", 64)
+    turns = {f"turn:{r[0]}" for r in query(settings, "SELECT id FROM messages")}
+    facts = {f"fact:{r[0]}" for r in query(settings, "SELECT id FROM memories")}
+    assert set(index.person_ids(AGENT, NEW)) >= turns | facts
+    assert index.person_ids(AGENT, OLD) == []
