@@ -4,13 +4,25 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from server.characters import code_point, refused_character
 
 
 class Strict(BaseModel):
     """Request bodies reject unknown fields."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+def printable_id(value: str, what: str) -> str:
+    """An id a client chooses, refused (ValueError: a 422 naming the field and the character)
+    when it holds a control or an invisible format character: one that shows no difference
+    could tell two ids apart, or reorder what is shown next to it."""
+    refused = refused_character(value, joiners=False)
+    if refused is not None:
+        raise ValueError(f"{what} must be printable text; it holds {code_point(refused)}")
+    return value
 
 
 # -- messages -----------------------------------------------------------------------------------
@@ -43,7 +55,9 @@ class MessageCreate(Strict):
     name: str | None = Field(
         None,
         description="The person's name as the messaging provider gives it (a WhatsApp profile"
-        " name): stored as theirs when it differs from the one stored (see PUT .../name).",
+        " name): stored as theirs when it differs from the one stored (see PUT .../name),"
+        " without its control and format characters; one that is then no name is ignored,"
+        " never a reason to refuse the turn.",
     )
 
 
@@ -629,6 +643,11 @@ class MemoryCreate(Strict):
         " person exists, 409 already_superseded when another replaced it already. To fix a"
         " wrong memory instead, PATCH it.",
     )
+
+    @field_validator("session_id", "task_id", "graph_id")
+    @classmethod
+    def _printable_scope(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return None if value is None else printable_id(value, str(info.field_name))
 
 
 class MemoryUpdate(Strict):

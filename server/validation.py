@@ -9,6 +9,7 @@ from urllib.parse import unquote
 import phonenumbers
 
 from server.auth import AGENT_PATTERN
+from server.characters import code_point, refused_character, without_refused
 from server.clock import normalise_time
 from server.errors import InvalidInput
 
@@ -96,15 +97,31 @@ MAX_NAME_CHARS = 100
 
 def person_name(value: str) -> str:
     """A person's name: one line of at most MAX_NAME_CHARS characters, spaces collapsed, with
-    at least one letter (a name of digits or emoji only would match nothing and name no one)."""
+    at least one letter (a name of digits or emoji only would match nothing and name no one),
+    and nothing invisible that could change how the text next to it reads (characters.py)."""
     name = " ".join(value.split())
     if not name or not any(ch.isalpha() for ch in name):
         raise InvalidInput("name must hold at least one letter", "invalid_name")
     if len(name) > MAX_NAME_CHARS:
         raise InvalidInput(f"name is longer than {MAX_NAME_CHARS} characters", "invalid_name")
-    if any(unicodedata.category(ch) in ("Cc", "Cs") for ch in name):
-        raise InvalidInput("name must be printable text", "invalid_name")
+    refused = refused_character(name)
+    if refused is not None:
+        raise InvalidInput(
+            f"name must be printable text without invisible format characters; it holds"
+            f" {code_point(refused)}",
+            "invalid_name",
+        )
     return name
+
+
+def provided_name(value: str) -> str | None:
+    """The name a messaging provider sends with a turn (a WhatsApp profile name, which its
+    owner writes as they like): its controls and format characters removed, the rest kept;
+    None when what is left is no name. It never refuses the turn it came with."""
+    try:
+        return person_name(without_refused(value))
+    except InvalidInput:
+        return None
 
 
 # The years a stored time (a turn's created_at) may fall in: a chat turn dated outside them is

@@ -52,7 +52,7 @@ def store_message(
     content = validation.text_content(body.content, limit=services.settings.max_message_chars)
     number = validation.phone_number(body.number, code="invalid_number") if body.number else None
     created_at = validation.timestamp(body.created_at, stored=True) if body.created_at else None
-    name = validation.person_name(body.name) if body.name is not None else None
+    name = validation.provided_name(body.name) if body.name is not None else None
     message_id, stored = services.memory.remember(
         agent,
         phone,

@@ -94,7 +94,9 @@ def test_a_bad_name_is_a_422_and_nothing_is_stored(
     assert rows(api) == []
 
 
-def test_a_turn_may_carry_the_name_and_a_bad_one_stores_no_turn(api: Api, clock: FakeClock) -> None:
+def test_a_turn_may_carry_the_name_and_a_bad_one_never_fails_the_turn(
+    api: Api, clock: FakeClock
+) -> None:
     assert api.post_turn("hola", name="Carmen").status_code == 201
     first = get_name(api).json()
     assert first["name"] == "Carmen"
@@ -103,8 +105,73 @@ def test_a_turn_may_carry_the_name_and_a_bad_one_stores_no_turn(api: Api, clock:
     assert get_name(api).json() == first
     api.post_turn("soy yo", name="Carmen Ruiz")
     assert get_name(api).json()["name"] == "Carmen Ruiz"
-    assert_error(api.post_turn("x", name="   "), 422, "invalid_name")
-    assert query(api.services.settings, "SELECT COUNT(*) FROM messages")[0][0] == 3
+    # A profile name that is no name is the provider's, not the turn's fault: the turn is
+    # stored, the name ignored.
+    for bad in ("   ", "🙂", "12345", "x" * 101, "\u202e\u200b"):
+        assert api.post_turn("x", name=bad).status_code == 201, bad
+    assert get_name(api).json()["name"] == "Carmen Ruiz"
+    assert query(api.services.settings, "SELECT COUNT(*) FROM messages")[0][0] == 8
+
+
+# Invisible format characters (Unicode category Cf) that a name must not hold.
+SPOOFS = [
+    ("Eva \u202e0987654321", "U+202E"),  # RIGHT-TO-LEFT OVERRIDE: the fake number
+    ("Eva \u2067x\u2069", "U+2067"),  # RIGHT-TO-LEFT ISOLATE
+    ("Eva\u200f", "U+200F"),  # RIGHT-TO-LEFT MARK
+    ("Eva\u200bLuna", "U+200B"),  # ZERO WIDTH SPACE
+    ("Eva\u200cLuna", "U+200C"),  # ZERO WIDTH NON-JOINER between Latin letters
+    ("Eva\u200d👍", "U+200D"),  # ZERO WIDTH JOINER not between two emoji
+    ("\ufeffEva", "U+FEFF"),  # BYTE ORDER MARK
+    ("Ana\u00adMaría", "U+00AD"),  # SOFT HYPHEN
+    ("Ana\u2060Luz", "U+2060"),  # WORD JOINER
+]
+
+
+@pytest.mark.parametrize(("name", "code_point"), SPOOFS)
+def test_a_name_with_a_format_character_is_a_422_naming_it(
+    api: Api, name: str, code_point: str
+) -> None:
+    response = put_name(api, name)
+    assert_error(response, 422, "invalid_name")
+    message = response.json()["error"]["message"]
+    assert message.startswith("name ") and code_point in message, message
+    assert rows(api) == []
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Ana 👨\u200d👩\u200d👧",  # a family: emoji joined by U+200D
+        "Ana 👩🏽\u200d💻",  # a skin tone before the joiner
+        "Ana 🏳\ufe0f\u200d🌈",  # the emoji presentation selector before it
+        # Fatemeh-Zahra: Persian writes U+200C between the letters of a name.
+        "\u0641\u0627\u0637\u0645\u0647\u200c\u0632\u0647\u0631\u0627",
+    ],
+)
+def test_joiners_that_names_are_written_with_are_kept(api: Api, name: str) -> None:
+    response = put_name(api, name)
+    assert response.status_code == 200, response.text
+    assert response.json()["name"] == name
+
+
+def test_a_turn_s_name_loses_its_format_characters_and_keeps_the_rest(api: Api) -> None:
+    response = api.post_turn("hola", name="Eva \u202e0987654321\u200b")
+    assert response.status_code == 201, response.text
+    assert get_name(api).json()["name"] == "Eva 0987654321"
+    assert rows(api)[0] == (AGENT, PHONE, "Eva 0987654321")
+    family = "Ana 👨\u200d👩\u200d👧"
+    assert api.post_turn("hola", name="\ufeff" + family).status_code == 201
+    assert get_name(api).json()["name"] == family
+
+
+@pytest.mark.parametrize("field", ["session_id", "task_id", "graph_id"])
+def test_a_memory_scope_id_with_a_format_character_is_a_422_naming_it(api: Api, field: str) -> None:
+    body = {"content": "Likes tea", "phone": PHONE, field: "wa-\u202e2026"}
+    response = api.client.post(f"/v1/agents/{AGENT}/memories", json=body, headers=admin())
+    assert_error(response, 422)
+    message = response.json()["error"]["message"]
+    assert field in message and "U+202E" in message, message
+    assert query(api.services.settings, "SELECT COUNT(*) FROM memories")[0][0] == 0
 
 
 def test_the_context_and_the_export_show_the_name(api: Api) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import threading
@@ -569,3 +570,102 @@ def test_a_fact_shows_since_when_what_it_replaced_and_its_source_turns(tmp_path:
             page.wait_for_selector("#timeline .turn.matched")
             marked = page.locator("#timeline .turn.matched").all_inner_texts()
             assert len(marked) == 3 and "me mudé a Lisboa" in marked[0], marked
+
+
+# The issue's spoof (issue 39, item 5): a RIGHT-TO-LEFT OVERRIDE in a name, which an earlier
+# release accepted and a turn's text still may hold, must not reorder what the page shows
+# next to it: not the person's real number, not the labels.
+SPOOF = "Eva \u202e0987654321"
+SCRIPT = (Path(__file__).resolve().parents[2] / "server/static/staff.html").read_text()
+# The expressions of the page's script that hold text a person or an agent wrote.
+USER_TEXT = r"(?:\bname|\bphone|\bagent|\.content|\.text|\.phone|\.agent)"
+
+
+def test_user_text_is_never_joined_to_the_page_s_own_words() -> None:
+    """Browser-free: user text goes into elements of its own (isolate() makes a <bdi
+    dir="auto">, blocks get dir="auto"), never concatenated with labels; CSS isolates them."""
+    script = SCRIPT.split("<script>")[1]
+    joined = re.findall(rf"{USER_TEXT}\s*\+(?!\+)|\+\s*{USER_TEXT}\b(?!\s*\()", script)
+    assert joined == [], joined
+    assert "`" not in script  # no template literal builds text around them either
+    assert re.search(r"bdi,\s*\[dir=auto\]\s*\{\s*unicode-bidi:\s*isolate;", SCRIPT)
+    helpers = {  # each makes the element a piece of user text goes in
+        "isolate": r'el\("bdi", "", text\);\s*node\.dir = "auto";',
+        "userBlock": r'el\("div", className, text\);\s*node\.dir = "auto";',
+    }
+    for name, body in helpers.items():
+        assert re.search(rf"function {name}\([^)]*\) \{{[^}}]*{body}", script), name
+    for block in ('userBlock("said", turn.content)', 'userBlock("text")'):
+        assert block in script, block
+
+
+def _title_order(page: Any, words: list[str]) -> list[tuple[float, float]]:
+    """Where on screen (line, then left edge) the first character of each word in the
+    timeline's title is, and every character of the last one: in reading order, these grow."""
+    return [
+        tuple(at)
+        for at in page.evaluate(
+            """(words) => {
+                const title = document.querySelector('#timeline h2');
+                const nodes = [];
+                const walk = document.createTreeWalker(title, NodeFilter.SHOW_TEXT);
+                while (walk.nextNode()) nodes.push(walk.currentNode);
+                const left = (node, at) => {
+                    const range = document.createRange();
+                    range.setStart(node, at);
+                    range.setEnd(node, at + 1);
+                    const box = range.getBoundingClientRect();
+                    return [Math.round(box.top), box.left];
+                };
+                const where = (word) => {
+                    for (const node of nodes) {
+                        const at = node.data.indexOf(word);
+                        if (at >= 0) return [node, at];
+                    }
+                    throw new Error('not in the title: ' + word);
+                };
+                const out = words.slice(0, -1).map((w) => left(...where(w)));
+                const last = words[words.length - 1];
+                const [node, at] = where(last);
+                for (let i = 0; i < last.length; i++) out.push(left(node, at + i));
+                return out;
+            }""",
+            words,
+        )
+    ]
+
+
+def test_a_bidi_override_in_a_name_cannot_spoof_the_number(tmp_path: Path) -> None:
+    """In Chromium: a name stored with U+202E (as an earlier release allowed) and a turn
+    holding one: the title still reads the label, the real number left to right, then the
+    agent; the turn's override stays inside the turn."""
+    app = create_app(make_settings(tmp_path), encoder_factory=fake_factory, run_workers=False)
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    with serving(app) as base:
+        for content in ("parcel \u202e12345 is late", "parcel reply"):
+            answer = httpx.post(
+                f"{base}/v1/agents/shop/people/{MAYA}/messages",
+                json={"role": "user", "content": content},
+                headers=admin,
+            )
+            assert answer.status_code == 201, answer.text
+        app.state.services.memory.set_person_name("shop", MAYA, SPOOF)
+        app.state.services.indexer.drain()
+        with staff_page(base) as page:
+            page.fill("#key", ADMIN_KEY)
+            page.fill("#query", "parcel")
+            page.select_option("#mode", "keyword")
+            search(page)
+            page.locator(".person h2 button").first.click()
+            page.wait_for_function(
+                "document.querySelector('#timeline h2').textContent.includes('Eva')"
+            )
+            page.wait_for_selector("#timeline .turn")
+            xs = _title_order(page, ["Conversation", "Eva", "with", "shop", MAYA])
+            label, name, with_, agent, digits = xs[0], xs[1], xs[2], xs[3], xs[4:]
+            assert label < name < digits[0], xs
+            assert digits == sorted(digits) and len(set(digits)) == len(MAYA), xs
+            assert digits[-1] < with_ < agent, xs
+            # The override in a turn reorders that turn's text only, never its "who" line.
+            who = page.locator("#timeline .turn .who").first.inner_text()
+            assert who.startswith("person ·"), who
