@@ -134,6 +134,8 @@ class StaffSearch:
         # A secret in the query is redacted as stored text is: the audit log never keeps it,
         # and a card number finds the turns that hold its placeholder ("[tarjeta ••••5559]").
         q = replace(q, query=redact(q.query))
+        # Before any read: the audit entry is checked for a forget that raced the search.
+        baseline = self._store.audit_baseline(q.query, q.phone)
         agents = self._allowed_agents(principal, q.agents)
         space = self._indexer.space  # one model for the search and its reading, mid-upgrade too
         depth = q.offset + q.limit + 1  # one more: is there a next page?
@@ -207,6 +209,7 @@ class StaffSearch:
             query=q.query,
             filters=_filters(q),
             results=[[a, p] for a, p in people],
+            baseline=baseline,
         )
         if len(kept) < len(people):  # forgotten while this search ran: not shown either
             still = {(a, p) for a, p in kept}

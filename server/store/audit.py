@@ -4,44 +4,71 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
+
+import phonenumbers
 
 from server.store.db import Conn, Queries
 from server.store.records import AuditEntry
 
+FORGOTTEN = "[forgotten]"
+MOVE = "[move]"  # the query of a move's entry (store/moves.py)
+# meta: how many forgets have committed, a count that names no one. A staff search reads it
+# before it reads anything; its audit entry is checked for a forget only when it has changed.
+ERASURES = "erasures"
+
+
+@dataclass(frozen=True, slots=True)
+class AuditBaseline:
+    """What a staff search's audit entry is checked against, read before the search reads
+    anything: the forgets committed then, and the people (agent, phone) the numbers the
+    search names (in its text or its phone filter) had then."""
+
+    erasures: int
+    named: frozenset[tuple[str, str]]
+
 
 class AuditQueries(Queries):
+    def audit_baseline(self, query: str, phone: str | None) -> AuditBaseline:
+        """Read before a staff search reads anything (see add_audit)."""
+        reader = self._reader()
+        # The count first: a forget committed after it is one the search may have raced.
+        erasures = _erasure_count(reader)
+        numbers = numbers_named(query) | ({phone} if phone else set())
+        return AuditBaseline(erasures, frozenset(_people_of(reader, numbers)))
+
     def add_audit(
-        self, *, key_id: str, query: str, filters: dict[str, Any], results: list[list[str]]
+        self,
+        *,
+        key_id: str,
+        query: str,
+        filters: dict[str, Any],
+        results: list[list[str]],
+        baseline: AuditBaseline,
     ) -> tuple[int, list[list[str]]]:
         """Record a staff search; results are the [agent, phone] pairs it returned. A person
         forgotten while the search ran (after its reads, before this write) is left out, and
-        the query text then goes too, as a forget does to the entries it finds. Returns the
-        entry's id and the people kept: the caller must not show the others."""
+        the query text then goes too, as a forget does to the entries it finds; so does the
+        phone filter if it was theirs. Nothing is blanked when no forget committed since the
+        baseline, nor for a number that had nothing stored when the search began: a number
+        of no one, or of someone else, is audited as asked. Returns the entry's id and the
+        people kept: the caller must not show the others."""
         with self._transaction() as conn:
+            erasures = _erasure_count(conn, hold=self._db.name == "postgresql")
             kept = [pair for pair in results if person_exists(conn, pair[0], pair[1])]
-            # A phone the search named (its filter, or in its text) of whom nothing is stored
-            # may be someone forgotten while it ran: the entry keeps neither.
-            named = set(PHONE_IN_TEXT.findall(query))
-            if filters.get("phone"):
-                named.add(str(filters["phone"]))
-            gone = {p for p in named if not phone_exists(conn, p, filters.get("agents"))}
-            if len(kept) < len(results) or gone:
-                query = FORGOTTEN
-                if filters.get("phone"):
-                    filters = {**filters, "phone": FORGOTTEN}
-            results = kept
+            if erasures != baseline.erasures:
+                gone = {phone for agent, phone in results if [agent, phone] not in kept}
+                gone |= {p for a, p in baseline.named if not person_exists(conn, a, p)}
+                if gone or len(kept) < len(results):
+                    query = FORGOTTEN
+                    if filters.get("phone") in gone:
+                        filters = {**filters, "phone": FORGOTTEN}
             row = conn.execute(
                 "INSERT INTO audit (at, key_id, query, filters, result_count, results)"
                 " VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
-                (
-                    self._now(),
-                    key_id,
-                    query,
-                    json.dumps(filters),
-                    len(results),
-                    json.dumps(results),
-                ),
+                (self._now(), key_id, query, json.dumps(filters), len(kept), json.dumps(kept)),
             ).fetchone()
             return int(row[0]), kept
 
@@ -65,8 +92,33 @@ class AuditQueries(Queries):
         ]
 
 
-FORGOTTEN = "[forgotten]"
-MOVE = "[move]"  # the query of a move's entry (store/moves.py)
+def count_erasure(conn: Conn) -> None:
+    """Count a forget, in its transaction, before it redacts the log: an add_audit that read
+    the count before waits for the forget (PostgreSQL: its row lock; SQLite: one writer), so
+    the entry it writes is either found by the forget's redaction or written after the
+    forget's deletes, and checked against them."""
+    conn.execute(
+        "INSERT INTO meta (key, value) VALUES (?, '1') ON CONFLICT (key) DO UPDATE"
+        " SET value = CAST(CAST(meta.value AS BIGINT) + 1 AS TEXT)",
+        (ERASURES,),
+    )
+
+
+def _erasure_count(conn: Conn, *, hold: bool = False) -> int:
+    """The forgets committed. hold (PostgreSQL, in a write transaction): the row is locked
+    for share until the transaction ends, so a forget of another replica counts itself
+    either before this read (and this transaction sees its deletes) or after this
+    transaction commits (and its redaction sees this entry). The row is made when missing:
+    a forget that makes it meanwhile is then waited for too."""
+    lock = " FOR SHARE" if hold else ""
+    row = conn.execute(f"SELECT value FROM meta WHERE key = ?{lock}", (ERASURES,)).fetchone()
+    if row is None and hold:
+        conn.execute(
+            "INSERT INTO meta (key, value) VALUES (?, '0') ON CONFLICT (key) DO NOTHING",
+            (ERASURES,),
+        )
+        row = conn.execute(f"SELECT value FROM meta WHERE key = ?{lock}", (ERASURES,)).fetchone()
+    return 0 if row is None else int(row[0])
 
 
 def redact_audit(conn: Conn, agent: str, phone: str) -> None:
@@ -98,10 +150,13 @@ def _moved_from(conn: Conn, agent: str, phone: str) -> list[str]:
 
 
 def _redact_number(conn: Conn, agent: str, phone: str) -> None:
+    """The entries that returned, filtered by or named the number. LIKE only narrows the
+    scan (a query's number may be written with spaces: its digits in order); each entry is
+    then compared exactly, so a longer or shorter number is never taken for this one."""
     rows = conn.execute(
         "SELECT id, query, filters, results FROM audit"
         " WHERE results LIKE ? OR filters LIKE ? OR query LIKE ?",
-        (f"%{phone}%",) * 3,
+        (f"%{phone}%", f"%{phone}%", _digits_in_order(phone)),
     ).fetchall()
     for row in rows:
         before = json.loads(row["results"])
@@ -112,29 +167,98 @@ def _redact_number(conn: Conn, agent: str, phone: str) -> None:
             filters["phone"] = FORGOTTEN
             if "from" in filters:
                 filters["from"] = FORGOTTEN
-        involved = named or len(results) < len(before) or phone in row["query"]
-        conn.execute(
-            "UPDATE audit SET query = ?, results = ?, filters = ? WHERE id = ?",
-            (
-                FORGOTTEN if involved else row["query"],
-                json.dumps(results),
-                json.dumps(filters),
-                row["id"],
-            ),
-        )
+        involved = named or len(results) < len(before) or phone in numbers_named(row["query"])
+        if involved:
+            conn.execute(
+                "UPDATE audit SET query = ?, results = ?, filters = ? WHERE id = ?",
+                (FORGOTTEN, json.dumps(results), json.dumps(filters), row["id"]),
+            )
 
 
-PHONE_IN_TEXT = re.compile(r"\+[0-9]{8,15}")
+def _digits_in_order(phone: str) -> str:
+    """A LIKE pattern that every way of writing the number matches: the digits of its
+    national part in order, anything between them (spaces, dashes, a country code or a
+    national prefix before them)."""
+    try:
+        national = str(phonenumbers.parse(phone, None).national_number)
+    except phonenumbers.NumberParseException:  # a number an earlier release stored
+        national = phone.lstrip("+")
+    return "%" + "%".join(national) + "%"
 
 
-def phone_exists(conn: Conn, phone: str, agents: list[str] | None) -> bool:
-    """Whether anything of a phone is stored, for these agents (None: any)."""
-    found = conn.execute(
-        "SELECT agent FROM messages WHERE phone = ? UNION SELECT agent FROM memories"
-        " WHERE phone = ? UNION SELECT agent FROM summaries WHERE phone = ?",
-        (phone,) * 3,
-    ).fetchall()
-    return any(agents is None or row[0] in agents for row in found)
+# -- the numbers a text names -----------------------------------------------------------------
+
+# How people write a number in a sentence: '+' (or 00, or a URL's %2B) then digit groups with a
+# few separators between them (spaces of any kind, dots, dashes, parentheses, slashes, and
+# the invisible characters a copy from a web page brings).
+_SEPARATORS = r"[\s().\-/\u2010-\u2015\u200b-\u200d\u2060\ufeff]"
+_NUMBER_RUN = re.compile(rf"(?:\+|%2[bB]|(?<![\w+])00)[0-9]+(?:{_SEPARATORS}{{1,3}}[0-9]+)*")
+_GROUP = re.compile(r"[0-9]+")
+_DIGITS_MIN, _DIGITS_MAX = 6, 17  # after '+' or 00, as validation.PHONE_COMPACT takes them
+# An earlier release stored '+' and 8-15 digits, whether or not the number can exist.
+_LEGACY = re.compile(r"\+[0-9]{8,15}")  # fullmatch only
+
+
+def numbers_named(text: str) -> set[str]:
+    """The numbers a text names, in E.164 as they are stored (a number an earlier release
+    stored that cannot exist: as written, without separators). Each run of digit groups is
+    read at every group boundary: '+34 600 111 222 2023' names +34600111222 (a year after
+    it), '+49 30 123456 7' names +4930123456 and +49301234567 (it could be either), and
+    '+49301234567' names only itself: a number is never found inside a longer one."""
+    found: set[str] = set()
+    for run in _NUMBER_RUN.finditer(text):
+        written = run.group()
+        after = {"+": 1, "%": 3}.get(written[0], 2)  # '+', '%2B' or 00
+        digits = ""
+        for group in _GROUP.finditer(written, after):
+            digits += group.group()
+            if len(digits) > _DIGITS_MAX:
+                break
+            number = _stored_form(f"+{digits}")
+            if number is not None:
+                found.add(number)
+    return found
+
+
+def _stored_form(compact: str) -> str | None:
+    """compact ('+' and digits) as the store holds it (validation.stored_phone_number, which
+    this package cannot import: validation imports the store), or None."""
+    if not _DIGITS_MIN <= len(compact) - 1 <= _DIGITS_MAX:
+        return None
+    try:
+        parsed = phonenumbers.parse(compact, None)
+    except phonenumbers.NumberParseException:
+        parsed = None
+    if parsed is not None:
+        folded = _fold_mexican_mobile(parsed)
+        if phonenumbers.is_possible_number(folded):
+            return phonenumbers.format_number(folded, phonenumbers.PhoneNumberFormat.E164)
+    return compact if _LEGACY.fullmatch(compact) else None
+
+
+def _fold_mexican_mobile(number: phonenumbers.PhoneNumber) -> phonenumbers.PhoneNumber:
+    """validation.fold_mexican_mobile: '+52 1 55 1234 5678' is '+52 55 1234 5678'."""
+    national = str(number.national_number)
+    if number.country_code == 52 and len(national) == 11 and national.startswith("1"):
+        return phonenumbers.PhoneNumber(country_code=52, national_number=int(national[1:]))
+    return number
+
+
+def _people_of(conn: Conn, phones: Iterable[str]) -> set[tuple[str, str]]:
+    """The (agent, phone) pairs with anything stored, among these numbers."""
+    found: set[tuple[str, str]] = set()
+    numbers = sorted(phones)
+    for start in range(0, len(numbers), 100):
+        chunk = numbers[start : start + 100]
+        marks = ", ".join("?" * len(chunk))
+        rows = conn.execute(
+            f"SELECT agent, phone FROM messages WHERE phone IN ({marks}) UNION"
+            f" SELECT agent, phone FROM memories WHERE phone IN ({marks}) UNION"
+            f" SELECT agent, phone FROM summaries WHERE phone IN ({marks})",
+            tuple(chunk) * 3,
+        ).fetchall()
+        found |= {(str(r[0]), str(r[1])) for r in rows}
+    return found
 
 
 def person_exists(conn: Conn, agent: str, phone: str) -> bool:

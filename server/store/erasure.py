@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from server.store.audit import redact_audit
+from server.store.audit import count_erasure, redact_audit
 from server.store.db import Conn, Queries
 from server.store.people import delete_names
 from server.store.records import PersonErasure
@@ -78,6 +78,7 @@ class ErasureQueries(Queries):
             conn.execute(f"DELETE FROM compaction_claims WHERE {where}", args)
             conn.execute(f"DELETE FROM opt_outs WHERE {where}", args)
             delete_names(conn, agent, phone)
+            count_erasure(conn)  # before the redaction: a search's entry waits for it
             redact_audit(conn, agent, phone)
             conn.execute(f"UPDATE erasures SET rows_erased = 1 WHERE {where}", args)
         return PersonErasure(
