@@ -90,6 +90,15 @@ class SupersedesConflict(ApiError):
     code = "supersedes_conflict"
 
 
+class SupersedesCycle(ApiError):
+    """`supersedes` names a memory that replaces, or would on approval, the memory sent
+    (directly or through others): the chain would close on itself and leave no current
+    memory."""
+
+    status = 409
+    code = "supersedes_cycle"
+
+
 class SamePhone(ApiError):
     """A person moved onto the number they already have."""
 
@@ -121,6 +130,13 @@ class PersonBusyError(ApiError):
 class BodyTooLarge(ApiError):
     status = 413
     code = "body_too_large"
+
+
+class MetadataTooLarge(ApiError):
+    """A memory's metadata (or a search's metadata filter) over MEMORY_MAX_METADATA_BYTES."""
+
+    status = 413
+    code = "metadata_too_large"
 
 
 class InvalidInput(ApiError):

@@ -10,7 +10,14 @@ from datetime import timedelta
 from typing import Any, NamedTuple
 
 from server.clock import format_time
-from server.errors import AlreadySuperseded, InvalidSupersedes, SupersedesConflict
+from server.errors import (
+    AlreadySuperseded,
+    InvalidSupersedes,
+    SupersedesConflict,
+    SupersedesCycle,
+)
+from server.store import chains
+from server.store.chains import history as _history
 from server.store.db import AGENT_WIDE, Conn, Queries
 from server.store.messages import archive, count_waiting
 from server.store.outbox import enqueue
@@ -23,6 +30,10 @@ from server.store.records import (
     Summary,
     memory_of,
 )
+
+# How many times a write follows a memory moved to another number since it was read (each
+# move needs a request of its own: a few are already more than any client sends at once).
+MOVES_FOLLOWED = 5
 
 
 class Applied(NamedTuple):
@@ -103,7 +114,8 @@ class MemoryQueries(Queries):
         when an identical current memory is stored already, return that one and write
         nothing (the caller tells them apart by id). An identical one sent with `supersedes`
         takes that supersession on, unless it already replaces another memory
-        (SupersedesConflict): the same change sent twice is one change.
+        (SupersedesConflict) or the one named replaces it (SupersedesCycle): the same change
+        sent twice is one change, and no chain closes on itself (server/store/chains.py).
 
         The check and the insert run in one write transaction that holds the person's lock
         (PostgreSQL: an advisory lock, on every replica; SQLite: BEGIN IMMEDIATE holds off
@@ -122,10 +134,10 @@ class MemoryQueries(Queries):
                     return found
                 return _adopt_supersedes(conn, found, memory.supersedes, actor, self._now())
             if memory.supersedes is not None:
-                _check_supersedes(conn, memory)
+                chains.check_link(conn, memory)
             _insert_memory(conn, memory, actor)
-            if memory.supersedes is not None and memory.status == "approved":
-                _supersede(conn, memory, actor, self._now())
+            if memory.status == "approved":
+                return chains.apply(conn, memory, actor, self._now())
         return memory
 
     def newest_memories(
@@ -157,6 +169,12 @@ class MemoryQueries(Queries):
             (agent, phone, phone),
         )
         return [memory_of(r) for r in rows]
+
+    def every_memory(self) -> list[Memory]:
+        """Every memory of every agent, in one snapshot: for checks over whole chains."""
+        with self._snapshot() as conn:
+            rows = conn.execute(f"SELECT {MEMORY_COLUMNS} FROM memories ORDER BY created_at, id")
+            return [memory_of(r) for r in rows.fetchall()]
 
     def person_memories(self, agent: str, phone: str) -> list[Memory]:
         rows = self._reader().execute(
@@ -204,66 +222,63 @@ class MemoryQueries(Queries):
     ) -> Memory | None:
         """Apply changes to a memory, record the history entry, queue it for the indexer.
         None, with nothing written, when the memory is gone (deleted or its person forgotten
-        since the caller read it): no history entry may outlive it."""
+        since the caller read it): no history entry may outlive it. A rejection keeps its
+        chain whole and an approval applies its supersession (server/store/chains.py)."""
         allowed = {"content", "metadata", "type", "status", "expires_at"}
         if not set(changes) <= allowed:
             raise ValueError(f"cannot change {set(changes) - allowed}")
-        now = self._now()
-        values = {k: json.dumps(v) if k == "metadata" else v for k, v in changes.items()}
-        values["updated_at"] = now
-        assignments = ", ".join(f"{k} = ?" for k in values)
-        with self._person_transaction(memory.agent, memory.phone) as conn:
-            if changes.get("status", "approved") != "approved":
-                # Rejected or sent back to review: it is no longer true, so what it replaced is.
-                _leave_chain(conn, memory.id, memory.agent, actor, now, deleting=False)
-            cur = conn.execute(
-                f"UPDATE memories SET {assignments} WHERE id = ?", (*values.values(), memory.id)
-            )
-            if cur.rowcount == 0:
-                return None
-            _history(
-                conn,
-                memory,
-                action,
-                actor,
-                memory.content,
-                changes.get("content", memory.content),
-                now,
-            )
-            enqueue(conn, "fact", memory.id, memory.agent, memory.phone, now)
-            row = conn.execute(
-                f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ?", (memory.id,)
-            ).fetchone()
-            updated = memory_of(row)
-            # The supersession proposed while it waited for review happens on approval; when
-            # the old one is gone or replaced meanwhile, the proposal is dropped.
-            if (
-                changes.get("status") == "approved"
-                and updated.supersedes is not None
-                and _supersede(conn, updated, actor, now) is None
-            ):
-                updated = _drop_supersedes(conn, updated)
-        return updated
+        phone = memory.phone
+        for _ in range(MOVES_FOLLOWED):
+            with self._person_transaction(memory.agent, phone) as conn:
+                stored = chains.read(conn, memory.id)
+                if stored is None or stored.agent != memory.agent:
+                    return None
+                if stored.phone == phone:
+                    return _update(conn, stored, changes, action, actor, self._now())
+                # Moved to another number since the caller read it: written under that
+                # number's lock, or a write of that number could interleave with this one.
+                phone = stored.phone
+        return None
 
     def delete_memories(self, memories: Sequence[Memory], *, actor: str) -> int:
         """Delete memories, recording who did it; the indexer removes their vectors. Memories
         already gone (deleted, or their person forgotten) are skipped and leave no history.
         A chain stays whole: deleting the current memory makes the one it replaced current
-        again; deleting one in the middle links its neighbours. Returns how many were
-        deleted."""
+        again; deleting one in the middle links its neighbours (server/store/chains.py).
+        Returns how many were deleted."""
+        deleted = 0
+        todo = list(memories)
+        for _ in range(MOVES_FOLLOWED):
+            if not todo:
+                break
+            count, todo = self._delete_locked(todo, actor)
+            deleted += count
+        return deleted
+
+    def _delete_locked(self, memories: Sequence[Memory], actor: str) -> tuple[int, list[Memory]]:
+        """Delete, under their people's locks, the memories still of those people; returns
+        how many, and those moved to another number since they were read (to delete under
+        that number's lock)."""
         now = self._now()
         deleted = 0
+        moved: list[Memory] = []
+        people = {(m.agent, m.phone or AGENT_WIDE) for m in memories}
         with self._transaction() as conn:
-            for agent, phone in sorted({(m.agent, m.phone or AGENT_WIDE) for m in memories}):
+            for agent, phone in sorted(people):
                 self._db.lock_person(conn, agent, phone)  # in one order: no deadlock
             for memory in memories:
-                _leave_chain(conn, memory.id, memory.agent, actor, now, deleting=True)
-                if not conn.execute("DELETE FROM memories WHERE id = ?", (memory.id,)).rowcount:
+                stored = chains.read(conn, memory.id)
+                if stored is None or stored.agent != memory.agent:
                     continue
+                if (stored.agent, stored.phone or AGENT_WIDE) not in people:
+                    moved.append(stored)
+                    continue
+                chains.leave(conn, stored, actor, now, deleting=True)
+                conn.execute("DELETE FROM memories WHERE id = ?", (stored.id,))
                 deleted += 1
-                _history(conn, memory, "delete", actor, memory.content, None, now)
-                enqueue(conn, "fact", memory.id, memory.agent, memory.phone, now)
-        return deleted
+                _history(conn, stored, "delete", actor, stored.content, None, now)
+                enqueue(conn, "fact", stored.id, stored.agent, stored.phone, now)
+        return deleted, moved
 
     def memory_history(self, memory_ids: Sequence[str]) -> list[HistoryEntry]:
         if not memory_ids:
@@ -324,16 +339,16 @@ class MemoryQueries(Queries):
                 if found is None:
                     _insert_memory(conn, memory, actor)
                     stored.append(memory.id)
-                    if (
-                        memory.supersedes is not None
-                        and memory.status == "approved"
-                        and _supersede(conn, memory, actor, now) is None
-                    ):
-                        _drop_supersedes(conn, memory)  # replaced or gone meanwhile
+                    if memory.status == "approved":
+                        # the one it names, or its chain's current one when that was
+                        # replaced meanwhile; nothing when it is gone
+                        chains.apply(conn, memory, actor, now)
                     continue
                 if memory.supersedes is not None:
                     # a proposal that no longer fits (checked before any write): seen again
-                    with suppress(SupersedesConflict, InvalidSupersedes, AlreadySuperseded):
+                    with suppress(
+                        SupersedesConflict, SupersedesCycle, InvalidSupersedes, AlreadySuperseded
+                    ):
                         found = _adopt_supersedes(conn, found, memory.supersedes, actor, now)
                 if found.id not in repeated:
                     # Stored since the duplicate check, which reads the index (it may lag):
@@ -364,12 +379,18 @@ class MemoryQueries(Queries):
                 " AND expires_at IS NOT NULL AND expires_at <= ?",
                 (now,),
             ).fetchall()
-            expired = [memory_of(r) for r in rows]
-            for memory in expired:
-                conn.execute(
-                    "UPDATE memories SET status = 'rejected', updated_at = ? WHERE id = ?",
-                    (now, memory.id),
-                )
+            expired = []
+            for memory in map(memory_of, rows):
+                # Checked again as it is written: on PostgreSQL another replica's approval
+                # may commit between the read and this write (this sweep holds no person's
+                # lock), and an approved memory, its supersession applied, stays approved.
+                if not conn.execute(
+                    "UPDATE memories SET status = 'rejected', updated_at = ? WHERE id = ?"
+                    " AND status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?",
+                    (now, memory.id, now),
+                ).rowcount:
+                    continue
+                expired.append(memory)
                 _history(conn, memory, "expire", "system", memory.content, memory.content, now)
                 enqueue(conn, "fact", memory.id, memory.agent, memory.phone, now)
         return expired
@@ -412,116 +433,50 @@ def _identical(conn: Conn, memory: Memory) -> Memory | None:
     return None if row is None else memory_of(row)
 
 
-def _check_supersedes(conn: Conn, memory: Memory) -> None:
-    """The memory `memory.supersedes` names must be this agent's and person's, and current."""
-    row = conn.execute(
-        "SELECT agent, phone, invalid_at FROM memories WHERE id = ?", (memory.supersedes,)
-    ).fetchone()
-    if row is None or row["agent"] != memory.agent or row["phone"] != memory.phone:
-        raise InvalidSupersedes(
-            f"supersedes: no memory {memory.supersedes!r} of this agent and person"
-        )
-    if row["invalid_at"] is not None:
-        raise AlreadySuperseded(f"supersedes: memory {memory.supersedes!r} was superseded already")
-
-
-def _supersede(conn: Conn, memory: Memory, actor: str, now: str) -> str | None:
-    """`memory` replaces the one it names: that one stops being true when `memory` became
-    true (never before it began), with a history entry and an outbox row (its vector leaves
-    current searches). Nothing happens when the old one is gone or replaced already (a
-    compaction or an approval that raced with an edit). Returns the old id, or None."""
-    old_id = memory.supersedes
-    row = conn.execute(
-        f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ? AND agent = ? AND invalid_at IS NULL",
-        (old_id, memory.agent),
-    ).fetchone()
-    if row is None or old_id == memory.id:
-        return None
-    old = memory_of(row)
-    if old.phone != memory.phone:
-        return None
-    ended = max(memory.since, old.since)
-    if not conn.execute(
-        "UPDATE memories SET invalid_at = ?, superseded_by = ?, updated_at = ?"
-        " WHERE id = ? AND invalid_at IS NULL",
-        (ended, memory.id, now, old.id),
-    ).rowcount:
-        return None  # replaced between the read and the write
-    _history(conn, old, "supersede", actor, old.content, memory.content, now)
-    enqueue(conn, "fact", old.id, old.agent, old.phone, now)
-    return old.id
+def _update(
+    conn: Conn, stored: Memory, changes: dict[str, Any], action: str, actor: str, now: str
+) -> Memory:
+    values = {k: json.dumps(v) if k == "metadata" else v for k, v in changes.items()}
+    values["updated_at"] = now
+    assignments = ", ".join(f"{k} = ?" for k in values)
+    if changes.get("status", "approved") != "approved":
+        # Rejected: it is no longer true, so what it replaced is.
+        chains.leave(conn, stored, actor, now, deleting=False)
+    conn.execute(f"UPDATE memories SET {assignments} WHERE id = ?", (*values.values(), stored.id))
+    new_content = changes.get("content", stored.content)
+    _history(conn, stored, action, actor, stored.content, new_content, now)
+    enqueue(conn, "fact", stored.id, stored.agent, stored.phone, now)
+    updated = chains.read(conn, stored.id)
+    assert updated is not None  # read under the person's lock, in this transaction
+    if changes.get("status") == "approved":
+        # The supersession proposed while it waited for review happens now.
+        updated = chains.apply(conn, updated, actor, now)
+    return updated
 
 
 def _adopt_supersedes(conn: Conn, found: Memory, target: str, actor: str, now: str) -> Memory:
     """An identical memory was sent again, naming `target` as the one it replaces: the stored
-    one takes that supersession on (applied now if it is approved, on approval if pending).
-    A stored one that replaces another memory already cannot replace a second."""
+    one takes that supersession on (applied now if it is approved, on approval if pending),
+    when `target` may be replaced by it (chains.check_link). A stored one that replaces
+    another memory already cannot replace a second."""
     if found.id == target:
         return found  # the same memory named as its own predecessor: nothing to change
     if found.supersedes is not None and found.supersedes != target:
         raise SupersedesConflict(
             f"supersedes: the identical memory {found.id!r} already replaces {found.supersedes!r}"
         )
-    if found.supersedes == target and found.status != "approved":
-        return found  # proposed already; it happens on approval
     adopted = replace(found, supersedes=target)
     if found.supersedes is None:
-        _check_supersedes(conn, adopted)
+        chains.check_link(conn, adopted)
         conn.execute(
             "UPDATE memories SET supersedes = ?, updated_at = ? WHERE id = ?",
             (target, now, found.id),
         )
     if found.status == "approved":
-        _supersede(conn, adopted, actor, now)
-    row = conn.execute(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ?", (found.id,))
-    return memory_of(row.fetchone())
-
-
-def _drop_supersedes(conn: Conn, memory: Memory) -> Memory:
-    """A supersession that could not happen (the old memory was deleted or replaced by
-    another meanwhile) is not kept as if it had."""
-    conn.execute("UPDATE memories SET supersedes = NULL WHERE id = ?", (memory.id,))
-    return replace(memory, supersedes=None)
-
-
-def _leave_chain(
-    conn: Conn, memory_id: str, agent: str, actor: str, now: str, *, deleting: bool
-) -> None:
-    """`memory_id` is about to stop counting (deleted, rejected, or sent back to review):
-    keep its chain whole. When it was the current one, what it replaced is true again
-    ('reopen' in that memory's history). When it had been replaced itself and is being
-    deleted, its predecessor and its successor are linked to each other."""
-    row = conn.execute(
-        f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ? AND agent = ?", (memory_id, agent)
-    ).fetchone()
-    if row is None:
-        return
-    leaving = memory_of(row)
-    if leaving.invalid_at is None:
-        if leaving.status != "approved":
-            return  # a pending or rejected one replaced nothing yet
-        previous = conn.execute(
-            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE superseded_by = ? AND agent = ?",
-            (memory_id, agent),
-        ).fetchall()
-        for prev in map(memory_of, previous):
-            conn.execute(
-                "UPDATE memories SET invalid_at = NULL, superseded_by = NULL, updated_at = ?"
-                " WHERE id = ?",
-                (now, prev.id),
-            )
-            _history(conn, prev, "reopen", actor, leaving.content, prev.content, now)
-            enqueue(conn, "fact", prev.id, prev.agent, prev.phone, now)
-    elif deleting and leaving.superseded_by is not None:
-        successor = leaving.superseded_by
-        conn.execute(
-            "UPDATE memories SET superseded_by = ? WHERE superseded_by = ? AND agent = ?",
-            (successor, memory_id, agent),
-        )
-        conn.execute(
-            "UPDATE memories SET supersedes = ? WHERE id = ? AND supersedes = ?",
-            (leaving.supersedes, successor, memory_id),
-        )
+        chains.apply(conn, adopted, actor, now)
+    stored = chains.read(conn, found.id)
+    assert stored is not None  # read under the person's lock, in this transaction
+    return stored
 
 
 def _insert_memory(conn: Conn, memory: Memory, actor: str) -> None:
@@ -554,19 +509,3 @@ def _insert_memory(conn: Conn, memory: Memory, actor: str) -> None:
     )
     _history(conn, memory, "create", actor, None, memory.content, memory.created_at)
     enqueue(conn, "fact", memory.id, memory.agent, memory.phone, memory.created_at)
-
-
-def _history(
-    conn: Conn,
-    memory: Memory,
-    action: str,
-    actor: str,
-    old: str | None,
-    new: str | None,
-    at: str,
-) -> None:
-    conn.execute(
-        "INSERT INTO memory_history (memory_id, agent, phone, action, actor, old_content,"
-        " new_content, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (memory.id, memory.agent, memory.phone, action, actor, old, new, at),
-    )

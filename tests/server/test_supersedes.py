@@ -1,0 +1,454 @@
+"""Chains of memories (issue 39, defect 2): every chain linked by supersedes / superseded_by
+keeps exactly one current memory, with no cycle and no self-reference, whatever the order of
+posts, identical posts, reviews, deletes, edits and expiries, on one replica or two.
+
+Through HTTP, then the stored state (tests/invariants.py); on SQLite and PostgreSQL
+(MEMORY_TEST_BACKEND)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
+
+from server.app import create_app
+from tests.conftest import AGENT, PHONE, Api, FakeClock, admin, assert_error, make_settings
+from tests.fake_llm import FakeLLM
+from tests.fakes import fake_factory
+from tests.invariants import assert_chains_sound
+
+M = f"/v1/agents/{AGENT}/memories"
+P = f"/v1/agents/{AGENT}/people/{PHONE}"
+
+
+def review_on(api: Api) -> dict[str, str]:
+    """Review on for the agent; an agent key, whose memories start pending."""
+    response = api.client.put(
+        f"/v1/agents/{AGENT}/settings", json={"review": True}, headers=admin()
+    )
+    assert response.status_code == 200, response.text
+    return api.key(f"agent:{AGENT}")
+
+
+def post(api: Api, content: str, *, headers: dict[str, str] | None = None, **fields: Any) -> Any:
+    return api.client.post(
+        M, json={"content": content, "phone": PHONE, **fields}, headers=headers or admin()
+    )
+
+
+def add(api: Api, content: str, status: int = 201, **fields: Any) -> dict[str, Any]:
+    response = post(api, content, **fields)
+    assert response.status_code == status, response.text
+    found: dict[str, Any] = response.json()
+    return found
+
+
+def get(api: Api, memory_id: str) -> dict[str, Any]:
+    response = api.client.get(f"{M}/{memory_id}", headers=admin())
+    assert response.status_code == 200, response.text
+    found: dict[str, Any] = response.json()
+    return found
+
+
+def review(api: Api, memory_id: str, action: str) -> dict[str, Any]:
+    response = api.client.post(f"{M}/{memory_id}/{action}", headers=admin())
+    assert response.status_code == 200, response.text
+    found: dict[str, Any] = response.json()
+    return found
+
+
+def delete(api: Api, memory_id: str) -> None:
+    response = api.client.delete(f"{M}/{memory_id}", headers=admin())
+    assert response.status_code == 200, response.text
+
+
+def current(api: Api, *, phone: str = PHONE) -> list[str]:
+    """The approved memories true now, as the listing shows them."""
+    params = {"phone": phone, "status": "approved"}
+    response = api.client.get(M, params=params, headers=admin())
+    assert response.status_code == 200, response.text
+    return sorted(m["content"] for m in response.json()["items"])
+
+
+def searched_and_in_context(api: Api) -> tuple[list[str], list[str]]:
+    api.index()
+    body = {"query": "where does she live", "phone": PHONE, "threshold": -1, "status": "approved"}
+    found = api.client.post(f"{M}/search", json=body, headers=admin()).json()["items"]
+    context = api.context(query="where does she live", threshold=-1).json()["facts"]
+    return sorted(m["content"] for m in found), sorted(f["content"] for f in context)
+
+
+# -- the issue's sequence and its variants -------------------------------------------------------
+
+
+def test_an_identical_memory_cannot_supersede_its_own_pending_successor(api: Api) -> None:
+    """Issue 39's sequence: A approved; B (pending) supersedes A; A posted again with
+    `supersedes: B` used to answer 200 and make A supersede B, and approving B then made B
+    supersede A: both invalid, pointing at each other, and nothing said where she lives."""
+    agent_key = review_on(api)
+    madrid = add(api, "Lives in Madrid")
+    lisbon = add(api, "Lives in Lisbon", headers=agent_key, supersedes=madrid["id"])
+    api.post_turn("hola")
+
+    again = post(api, "Lives in Madrid", headers=agent_key, supersedes=lisbon["id"])
+    assert_error(again, 409, "supersedes_cycle")
+    assert lisbon["id"] in again.json()["error"]["message"]
+    assert get(api, madrid["id"])["supersedes"] is None
+    assert get(api, lisbon["id"])["invalid_at"] is None
+    assert_chains_sound(api)
+
+    review(api, lisbon["id"], "approve")
+    assert get(api, madrid["id"])["superseded_by"] == lisbon["id"]
+    assert current(api) == ["Lives in Lisbon"]
+    assert searched_and_in_context(api) == (["Lives in Lisbon"], ["Lives in Lisbon"])
+    assert_chains_sound(api)
+
+    delete(api, madrid["id"])
+    after = get(api, lisbon["id"])
+    assert (after["supersedes"], after["superseded_by"], after["invalid_at"]) == (None, None, None)
+    assert current(api) == ["Lives in Lisbon"]
+    assert_chains_sound(api)
+
+
+def test_a_cycle_through_a_longer_chain_of_proposals_is_refused(api: Api) -> None:
+    agent_key = review_on(api)
+    madrid = add(api, "Lives in Madrid", headers=agent_key)  # pending: proposals only
+    lisbon = add(api, "Lives in Lisbon", headers=agent_key, supersedes=madrid["id"])
+    porto = add(api, "Lives in Porto", headers=agent_key, supersedes=lisbon["id"])
+    for headers in (agent_key, admin()):
+        again = post(api, "Lives in Madrid", headers=headers, supersedes=porto["id"])
+        assert_error(again, 409, "supersedes_cycle")
+    assert get(api, madrid["id"])["supersedes"] is None
+    for memory in (madrid, lisbon, porto):
+        review(api, memory["id"], "approve")
+        assert_chains_sound(api)
+    assert current(api) == ["Lives in Porto"]
+
+
+def test_an_identical_memory_named_as_its_own_predecessor_changes_nothing(api: Api) -> None:
+    madrid = add(api, "Lives in Madrid")
+    again = add(api, "Lives in Madrid", 200, supersedes=madrid["id"])
+    assert again["id"] == madrid["id"] and again["supersedes"] is None
+    assert get(api, madrid["id"])["invalid_at"] is None
+    assert_chains_sound(api)
+
+
+# -- approvals after the chain moved on ----------------------------------------------------------
+
+
+def test_an_approval_after_another_replaced_the_target_replaces_the_current_one(
+    api: Api, clock: FakeClock
+) -> None:
+    """Two pending proposals replace Madrid; approving the first replaces Madrid, approving
+    the second replaces the first: one chain, one current memory, not two."""
+    agent_key = review_on(api)
+    madrid = add(api, "Lives in Madrid")
+    clock.advance(days=1)
+    lisbon = add(api, "Lives in Lisbon", headers=agent_key, supersedes=madrid["id"])
+    clock.advance(days=1)
+    porto = add(api, "Lives in Porto", headers=agent_key, supersedes=madrid["id"])
+    review(api, lisbon["id"], "approve")
+    approved = review(api, porto["id"], "approve")
+    assert approved["supersedes"] == lisbon["id"]
+    assert get(api, lisbon["id"])["superseded_by"] == porto["id"]
+    assert get(api, madrid["id"])["superseded_by"] == lisbon["id"]
+    assert current(api) == ["Lives in Porto"]
+    assert searched_and_in_context(api) == (["Lives in Porto"], ["Lives in Porto"])
+    assert_chains_sound(api)
+
+
+def test_approving_again_a_rejected_middle_memory_keeps_the_chain_linked(api: Api) -> None:
+    madrid = add(api, "Lives in Madrid")
+    lisbon = add(api, "Lives in Lisbon", supersedes=madrid["id"])
+    porto = add(api, "Lives in Porto", supersedes=lisbon["id"])
+    review(api, lisbon["id"], "reject")  # the middle: Porto stays current
+    assert current(api) == ["Lives in Porto"]
+    again = review(api, lisbon["id"], "approve")
+    assert again["supersedes"] == madrid["id"] and again["superseded_by"] == porto["id"]
+    assert current(api) == ["Lives in Porto"]
+    assert_chains_sound(api)
+    delete(api, lisbon["id"])
+    assert get(api, porto["id"])["supersedes"] == madrid["id"]
+    assert get(api, madrid["id"])["superseded_by"] == porto["id"]
+    assert_chains_sound(api)
+
+
+def test_deleting_what_a_pending_memory_would_replace_passes_the_proposal_on(
+    api: Api,
+) -> None:
+    """Lisbon replaced Madrid; Porto (pending) would replace Lisbon. Lisbon is deleted, so
+    Madrid is current again: Porto now proposes to replace Madrid, and its approval does."""
+    agent_key = review_on(api)
+    madrid = add(api, "Lives in Madrid")
+    lisbon = add(api, "Lives in Lisbon", supersedes=madrid["id"])
+    porto = add(api, "Lives in Porto", headers=agent_key, supersedes=lisbon["id"])
+    delete(api, lisbon["id"])
+    assert get(api, porto["id"])["supersedes"] == madrid["id"]
+    assert current(api) == ["Lives in Madrid"]
+    assert_chains_sound(api)
+    review(api, porto["id"], "approve")
+    assert get(api, madrid["id"])["superseded_by"] == porto["id"]
+    assert current(api) == ["Lives in Porto"]
+    assert_chains_sound(api)
+
+
+def test_rejecting_or_deleting_the_current_memory_reopens_the_one_before(api: Api) -> None:
+    madrid = add(api, "Lives in Madrid")
+    lisbon = add(api, "Lives in Lisbon", supersedes=madrid["id"])
+    porto = add(api, "Lives in Porto", supersedes=lisbon["id"])
+    review(api, porto["id"], "reject")
+    assert current(api) == ["Lives in Lisbon"]
+    assert_chains_sound(api)
+    delete(api, lisbon["id"])
+    assert current(api) == ["Lives in Madrid"]
+    assert_chains_sound(api)
+    review(api, porto["id"], "approve")  # its target is gone: it replaces Lisbon's predecessor
+    assert current(api) == ["Lives in Porto"]
+    assert get(api, madrid["id"])["superseded_by"] == porto["id"]
+    assert_chains_sound(api)
+
+
+# -- compaction's proposals ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def llm() -> Iterator[FakeLLM]:
+    with FakeLLM() as fake:
+        yield fake
+
+
+@pytest.fixture
+def model_api(api_factory: Callable[..., Api], llm: FakeLLM) -> Api:
+    return api_factory(
+        llm_base_url=llm.base_url,
+        llm_api_key="sk-test",
+        llm_model="fake-model-1",
+        llm_retries=0,
+        llm_timeout_s=5.0,
+    )
+
+
+def shown_labels(text: str) -> dict[str, str]:
+    """The model's update call: the labels by the stored fact they stand for."""
+    return {m[2]: m[1] for m in re.finditer(r"^\s+(S\d+): (.+?) \(since", text, re.M)}
+
+
+def test_a_compaction_proposing_a_cycle_sees_the_stored_fact_again(
+    model_api: Api, llm: FakeLLM, clock: FakeClock
+) -> None:
+    """The model extracts 'Lives in Madrid', stored and current, and calls it the change of
+    'Lives in Lisbon', pending, which itself would replace Madrid: no link, seen again."""
+    api = model_api
+    agent_key = review_on(api)
+    madrid = add(api, "Lives in Madrid")
+    lisbon = add(api, "Lives in Lisbon", headers=agent_key, supersedes=madrid["id"])
+    for i in range(45):
+        clock.advance(minutes=1)
+        response = api.post_turn(f"turn {i}: sigo en Madrid", role=("user", "assistant")[i % 2])
+        assert response.status_code == 201, response.text
+    llm.facts = json.dumps([{"content": "Lives in Madrid", "type": "fact", "confidence": 0.9}])
+    llm.updates = lambda text: json.dumps(
+        [{"n": 1, "action": "supersede", "id": shown_labels(text)["Lives in Lisbon"]}]
+    )
+    response = api.client.post(f"{P}/compact", headers=admin())
+    assert response.status_code == 200, response.text
+    assert get(api, madrid["id"])["supersedes"] is None
+    assert get(api, lisbon["id"])["invalid_at"] is None
+    review(api, lisbon["id"], "approve")
+    assert current(api) == ["Lives in Lisbon"]
+    assert_chains_sound(api)
+
+
+# -- at once -------------------------------------------------------------------------------------
+
+
+def test_reviews_deletes_and_posts_at_once_through_two_replicas_keep_chains_sound(
+    tmp_path: Any, clock: FakeClock
+) -> None:
+    """Rounds of conflicting changes to one chain sent at once, half through each of two apps
+    on one database (replicas): whatever wins, every chain keeps one current memory."""
+    config = make_settings(tmp_path)
+    apps = [
+        create_app(config, clock=clock, encoder_factory=fake_factory, run_workers=False)
+        for _ in range(2)
+    ]
+    clients = [TestClient(app) for app in apps]
+    for client in clients:
+        client.__enter__()
+    try:
+        apis = [Api(client) for client in clients]
+        for a in apis:  # routes built before the threads start (see test_memories.py)
+            assert a.client.get(M, headers=admin()).status_code == 200
+        agent_key = review_on(apis[0])
+        for _ in range(4):
+            _one_round_at_once(apis, agent_key)
+            assert_chains_sound(apis[0])
+    finally:
+        for client in reversed(clients):
+            client.__exit__(None, None, None)
+
+
+def _one_round_at_once(apis: list[Api], agent_key: dict[str, str]) -> None:
+    api = apis[0]
+    madrid = add(api, "Lives in Madrid", 201)
+    lisbon = add(api, "Lives in Lisbon", headers=agent_key, supersedes=madrid["id"])
+    porto = add(api, "Lives in Porto", headers=agent_key, supersedes=madrid["id"])
+    actions: list[Callable[[Api], Any]] = [
+        lambda a: a.client.post(f"{M}/{lisbon['id']}/approve", headers=admin()),
+        lambda a: a.client.post(f"{M}/{porto['id']}/approve", headers=admin()),
+        lambda a: post(a, "Lives in Madrid", headers=agent_key, supersedes=lisbon["id"]),
+        lambda a: post(a, "Lives in Madrid", supersedes=porto["id"]),
+        lambda a: a.client.post(f"{M}/{lisbon['id']}/reject", headers=admin()),
+        lambda a: a.client.delete(f"{M}/{madrid['id']}", headers=admin()),
+    ]
+    start = threading.Barrier(len(actions))
+
+    def run(n: int) -> int:
+        start.wait()
+        status: int = actions[n](apis[n % len(apis)]).status_code
+        return status
+
+    with ThreadPoolExecutor(len(actions)) as pool:
+        statuses = list(pool.map(run, range(len(actions))))
+    assert all(s in (200, 201, 404, 409, 422) for s in statuses), statuses
+    api.client.delete(M, params={"phone": PHONE}, headers=admin())
+
+
+# -- any sequence --------------------------------------------------------------------------------
+
+PLACES = ("Lives in Madrid", "Lives in Lisbon", "Lives in Porto")
+# Examples per run: a bounded number in CI; more by hand, e.g. CHAINS_EXAMPLES=500.
+EXAMPLES = int(os.environ.get("CHAINS_EXAMPLES", "25"))
+
+
+class Chains(RuleBasedStateMachine):
+    """Random sequences of posts (with and without supersedes, identical ones included),
+    approvals, rejections, deletes, edits, review switches, expiries, moves between two
+    numbers and forgets on two people's memories; after each step every chain is sound."""
+
+    api: Api
+    clock: FakeClock
+    agent_key: dict[str, str]
+    numbers = iter(range(2000, 10_000, 2))  # two people per example: +1555123xxxx
+
+    def __init__(self) -> None:
+        super().__init__()
+        n = next(Chains.numbers)
+        self.phones = (f"+1555123{n:04d}", f"+1555123{n + 1:04d}")
+        self.switch_review(True)  # an agent's memories start pending: proposals to review
+
+    memories = Bundle("memories")
+
+    def _post(self, content: str, person: int, supersedes: str | None, by_agent: bool) -> Any:
+        body: dict[str, Any] = {"content": content, "phone": self.phones[person]}
+        if supersedes is not None:
+            body["supersedes"] = supersedes
+        headers = self.agent_key if by_agent else admin()
+        response = self.api.client.post(M, json=body, headers=headers)
+        assert response.status_code in (200, 201, 409, 422), response.text
+        return response
+
+    @rule(
+        target=memories,
+        content=st.sampled_from(PLACES),
+        person=st.sampled_from([0, 0, 1]),
+        by_agent=st.booleans(),
+    )
+    def add(self, content: str, person: int, by_agent: bool) -> str:
+        response = self._post(content, person, None, by_agent)
+        return str(response.json()["id"])
+
+    @rule(
+        target=memories,
+        content=st.sampled_from(PLACES),
+        person=st.sampled_from([0, 0, 1]),
+        old=memories,
+        by_agent=st.booleans(),
+    )
+    def add_replacing(self, content: str, person: int, old: str, by_agent: bool) -> str:
+        body = self._post(content, person, old, by_agent).json()
+        return str(body["id"]) if "id" in body else old
+
+    @rule(memory=memories, action=st.sampled_from(["approve", "reject"]))
+    def review(self, memory: str, action: str) -> None:
+        response = self.api.client.post(f"{M}/{memory}/{action}", headers=admin())
+        assert response.status_code in (200, 404), response.text
+
+    @rule(memory=memories)
+    def delete(self, memory: str) -> None:
+        response = self.api.client.delete(f"{M}/{memory}", headers=admin())
+        assert response.status_code == 200, response.text
+
+    @rule(memory=memories, content=st.sampled_from(PLACES))
+    def patch(self, memory: str, content: str) -> None:
+        response = self.api.client.patch(
+            f"{M}/{memory}", json={"content": content}, headers=admin()
+        )
+        assert response.status_code in (200, 404), response.text
+
+    @rule(review=st.booleans())
+    def switch_review(self, review: bool) -> None:
+        response = self.api.client.put(
+            f"/v1/agents/{AGENT}/settings", json={"review": review}, headers=admin()
+        )
+        assert response.status_code == 200, response.text
+
+    @rule(days=st.sampled_from([1, 8]))
+    def time_passes(self, days: int) -> None:
+        self.clock.advance(days=days)
+        self.api.services.compaction.expire_pending()
+
+    @rule(person=st.sampled_from([0, 1]))
+    def move(self, person: int) -> None:
+        """Everything of one number moves onto the other, merged with what is there."""
+        old, new = self.phones[person], self.phones[1 - person]
+        response = self.api.client.post(
+            f"/v1/agents/{AGENT}/people/{old}/move", json={"to": new}, headers=admin()
+        )
+        assert response.status_code in (200, 404), response.text
+
+    @rule(person=st.sampled_from([0, 1]))
+    def forget(self, person: int) -> None:
+        path = f"/v1/agents/{AGENT}/people/{self.phones[person]}"
+        assert self.api.client.delete(path, headers=admin()).status_code == 200
+
+    @invariant()
+    def chains_are_sound(self) -> None:
+        assert_chains_sound(self.api)
+
+    def teardown(self) -> None:
+        # the next example (a shrunk replay too) starts from a sound, empty table
+        for phone in self.phones:
+            params = {"phone": phone}
+            self.api.client.delete(M, params=params, headers=admin()).raise_for_status()
+
+
+@pytest.mark.slow
+def test_any_sequence_keeps_every_chain_sound(api: Api, clock: FakeClock) -> None:
+    Chains.api, Chains.clock = api, clock
+    Chains.agent_key = api.key(f"agent:{AGENT}")
+    run_state_machine_as_test(
+        Chains,
+        settings=settings(
+            max_examples=EXAMPLES,
+            stateful_step_count=25,
+            deadline=None,
+            suppress_health_check=[HealthCheck.function_scoped_fixture],
+        ),
+    )
