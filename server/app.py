@@ -229,6 +229,9 @@ def open_services(
     folded, _ = memory.fold_phone_numbers()  # once per database (README, "Phone numbers")
     if folded:
         step(f"folded {folded} people's numbers into the form they have everywhere else")
+    repaired = store.repair_chains()  # memory chains an older release left broken (issue 39)
+    if repaired:
+        step(f"repaired the memory chains of {repaired} people")
     upgrade = None
     if serving is not None:
         target = VectorSpace(encoder=CachedEncoder(wanted), index=serving[1])

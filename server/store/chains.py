@@ -5,7 +5,9 @@ lock, so two requests at once (through one replica or two) cannot interleave ins
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any
 
 from server.errors import AlreadySuperseded, InvalidSupersedes, SupersedesCycle
 from server.store.db import Conn
@@ -194,3 +196,171 @@ def _replaces(conn: Conn, newer: str, older: str) -> bool:
                 seen.add(found)
                 frontier.append(found)
     return False
+
+
+# -- repairing chains an older release left unsound ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """What a memory's place in its chain is made of."""
+
+    id: str
+    status: str
+    created_at: str
+    since: str
+    invalid_at: str | None
+    superseded_by: str | None
+    supersedes: str | None
+
+
+LINK_COLUMNS = (
+    "id, agent, phone, status, created_at, valid_from, invalid_at, superseded_by, supersedes"
+)
+
+
+def link_of(row: Any) -> Link:
+    return Link(
+        id=row["id"],
+        status=row["status"],
+        created_at=row["created_at"],
+        since=row["valid_from"] or row["created_at"],
+        invalid_at=row["invalid_at"],
+        superseded_by=row["superseded_by"],
+        supersedes=row["supersedes"],
+    )
+
+
+def link_of_memory(memory: Memory) -> Link:
+    return Link(
+        id=memory.id,
+        status=memory.status,
+        created_at=memory.created_at,
+        since=memory.since,
+        invalid_at=memory.invalid_at,
+        superseded_by=memory.superseded_by,
+        supersedes=memory.supersedes,
+    )
+
+
+def repairs(person: Iterable[Link]) -> dict[str, Link]:
+    """The links of one person's memories that must change for every chain among them to be
+    sound, as they must become (empty when all are). Chains an older release could leave:
+    a memory naming itself, a link to a memory gone (or another person's), a cycle (issue
+    39: two memories replacing each other, neither current; the newest becomes current), a
+    memory replacing two, a link one way only, a chain ending in a rejected memory."""
+    links = {link.id: link for link in person}
+    before = dict(links)
+    for fix in (_unknown_links, _cycles, _second_predecessors, _one_way_links, _dormant_links):
+        fix(links)
+    _rejected_ends(links)
+    return {i: link for i, link in links.items() if link != before[i]}
+
+
+def write_repair(conn: Conn, memory: Memory, link: Link, now: str) -> None:
+    """Store a repaired link, with a history entry ('reopen' when it is true again, else
+    'repair') and an outbox row: the index labels it by whether it was replaced."""
+    conn.execute(
+        "UPDATE memories SET supersedes = ?, superseded_by = ?, invalid_at = ?, updated_at = ?"
+        " WHERE id = ?",
+        (link.supersedes, link.superseded_by, link.invalid_at, now, memory.id),
+    )
+    reopened = memory.invalid_at is not None and link.invalid_at is None
+    action = "reopen" if reopened else "repair"
+    history(conn, memory, action, "system", memory.content, memory.content, now)
+    enqueue(conn, "fact", memory.id, memory.agent, memory.phone, now)
+
+
+def _set(links: dict[str, Link], memory_id: str, **changes: Any) -> None:
+    links[memory_id] = replace(links[memory_id], **changes)
+
+
+def _unknown_links(links: dict[str, Link]) -> None:
+    for link in list(links.values()):
+        if link.supersedes is not None and (
+            link.supersedes == link.id or link.supersedes not in links
+        ):
+            _set(links, link.id, supersedes=None)
+        if link.superseded_by is not None and (
+            link.superseded_by == link.id or link.superseded_by not in links
+        ):
+            _set(links, link.id, superseded_by=None)
+
+
+def _cycles(links: dict[str, Link]) -> None:
+    """Along superseded_by: the newest memory of a cycle ends it (it is replaced by none)."""
+    for start in list(links):
+        path: list[str] = []
+        step: str | None = start
+        while step is not None and step not in path:
+            path.append(step)
+            step = links[step].superseded_by
+        if step is not None:
+            cycle = path[path.index(step) :]
+            newest = max(cycle, key=lambda i: (links[i].created_at, i))
+            _set(links, newest, superseded_by=None)
+
+
+def _second_predecessors(links: dict[str, Link]) -> None:
+    """A memory replaces one other: the one it names, else the newest of those it ended."""
+    ended: dict[str, list[str]] = {}
+    for link in links.values():
+        if link.superseded_by is not None:
+            ended.setdefault(link.superseded_by, []).append(link.id)
+    for successor, predecessors in ended.items():
+        if len(predecessors) < 2:
+            continue
+        named = links[successor].supersedes
+        keep = (
+            named if named in predecessors else max(predecessors, key=lambda i: links[i].created_at)
+        )
+        for other in predecessors:
+            if other != keep:
+                _set(links, other, superseded_by=None)
+
+
+def _one_way_links(links: dict[str, Link]) -> None:
+    """A replaced memory and its replacement name each other; it ended when that one began."""
+    for link in list(links.values()):
+        if link.superseded_by is None:
+            if link.invalid_at is not None:
+                _set(links, link.id, invalid_at=None)
+            continue
+        successor = links[link.superseded_by]
+        if successor.supersedes != link.id:
+            _set(links, successor.id, supersedes=link.id)
+        if link.invalid_at is None:
+            _set(links, link.id, invalid_at=max(link.since, successor.since))
+
+
+def _dormant_links(links: dict[str, Link]) -> None:
+    """A link not applied stays only as a pending (or rejected) memory's proposal, and only
+    when it closes no cycle; an approved memory's is dropped (it is current as it was)."""
+    for link in list(links.values()):
+        named = link.supersedes
+        if named is None or links[named].superseded_by == link.id:
+            continue
+        if link.status == "approved" or _proposes(links, named, link.id):
+            _set(links, link.id, supersedes=None)
+
+
+def _proposes(links: dict[str, Link], newer: str, older: str) -> bool:
+    seen: set[str] = set()
+    step: str | None = newer
+    while step is not None and step in links and step not in seen:
+        if step == older:
+            return True
+        seen.add(step)
+        step = links[step].supersedes
+    return False
+
+
+def _rejected_ends(links: dict[str, Link]) -> None:
+    """A chain whose last memory is not approved ends at the nearest approved one before it."""
+    ended = {link.superseded_by: link.id for link in links.values() if link.superseded_by}
+    for start in list(links):
+        last = links[start]
+        while last.invalid_at is None and last.status != "approved" and last.id in ended:
+            previous = ended.pop(last.id)
+            _set(links, previous, superseded_by=None, invalid_at=None)
+            last = links[previous]

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import replace
 from datetime import timedelta
+from itertools import groupby
 from typing import Any, NamedTuple
 
 from server.clock import format_time
@@ -280,6 +281,37 @@ class MemoryQueries(Queries):
                 enqueue(conn, "fact", stored.id, stored.agent, stored.phone, now)
         return deleted, moved
 
+    def repair_chains(self) -> int:
+        """Repair the chains of memories an older release left unsound (chains.repairs: a
+        cycle, a self-reference, a link to a memory gone, a chain ending in a rejected memory),
+        each person under their lock, read again there; returns how many people's chains were
+        repaired. At start-up: cheap when all are sound, one read of the linked rows' links."""
+        repaired = 0
+        for agent, phone in self._people_with_unsound_chains():
+            with self._person_transaction(agent, phone) as conn:
+                person = {m.id: m for m in _person_memories(conn, agent, phone)}
+                fixes = chains.repairs(chains.link_of_memory(m) for m in person.values())
+                now = self._now()
+                for memory_id, link in fixes.items():
+                    chains.write_repair(conn, person[memory_id], link, now)
+            repaired += bool(fixes)
+        return repaired
+
+    def _people_with_unsound_chains(self) -> list[tuple[str, str | None]]:
+        found: list[tuple[str, str | None]] = []
+        with self._snapshot() as conn:
+            rows = conn.execute(
+                f"SELECT {chains.LINK_COLUMNS} FROM memories WHERE supersedes IS NOT NULL"
+                " OR superseded_by IS NOT NULL OR invalid_at IS NOT NULL"
+                " ORDER BY agent, phone, id"
+            ).fetchall()
+            for (agent, phone), group in groupby(rows, key=lambda r: (r["agent"], r["phone"])):
+                links = {r["id"]: chains.link_of(r) for r in group}
+                links.update(_unlinked_targets(conn, agent, phone, links))
+                if chains.repairs(links.values()):
+                    found.append((agent, phone))
+        return found
+
     def memory_history(self, memory_ids: Sequence[str]) -> list[HistoryEntry]:
         if not memory_ids:
             return []
@@ -431,6 +463,33 @@ def _identical(conn: Conn, memory: Memory) -> Memory | None:
         (memory.agent, *phone, memory.type, memory.content, memory.created_at),
     ).fetchone()
     return None if row is None else memory_of(row)
+
+
+def _person_memories(conn: Conn, agent: str, phone: str | None) -> list[Memory]:
+    person, args = ("phone IS NULL", ()) if phone is None else ("phone = ?", (phone,))
+    rows = conn.execute(
+        f"SELECT {MEMORY_COLUMNS} FROM memories WHERE agent = ? AND {person}", (agent, *args)
+    )
+    return [memory_of(r) for r in rows.fetchall()]
+
+
+def _unlinked_targets(
+    conn: Conn, agent: str, phone: str | None, links: dict[str, chains.Link]
+) -> dict[str, chains.Link]:
+    """The memories of this person that the links name and that have no link of their own
+    (current ones that a pending memory would replace); one named and not found is gone."""
+    named = sorted({k.supersedes for k in links.values() if k.supersedes} - set(links))
+    found: dict[str, chains.Link] = {}
+    for start in range(0, len(named), 500):
+        chunk = named[start : start + 500]
+        marks = ",".join("?" * len(chunk))
+        rows = conn.execute(
+            f"SELECT {chains.LINK_COLUMNS} FROM memories WHERE id IN ({marks})", tuple(chunk)
+        )
+        for row in rows.fetchall():
+            if (row["agent"], row["phone"]) == (agent, phone):
+                found[row["id"]] = chains.link_of(row)
+    return found
 
 
 def _update(

@@ -7,6 +7,7 @@ Through HTTP, then the stored state (tests/invariants.py); on SQLite and Postgre
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -28,10 +29,11 @@ from hypothesis.stateful import (
 )
 
 from server.app import create_app
+from tests.backends import execute
 from tests.conftest import AGENT, PHONE, Api, FakeClock, admin, assert_error, make_settings
 from tests.fake_llm import FakeLLM
 from tests.fakes import fake_factory
-from tests.invariants import assert_chains_sound
+from tests.invariants import assert_chains_sound, chain_problems
 
 M = f"/v1/agents/{AGENT}/memories"
 P = f"/v1/agents/{AGENT}/people/{PHONE}"
@@ -273,6 +275,80 @@ def test_a_compaction_proposing_a_cycle_sees_the_stored_fact_again(
     review(api, lisbon["id"], "approve")
     assert current(api) == ["Lives in Lisbon"]
     assert_chains_sound(api)
+
+
+# -- chains an older release broke ----------------------------------------------------------
+
+
+BROKEN = {
+    # issue 39: two memories replacing each other, neither current
+    "cycle": "UPDATE memories SET supersedes = ?, superseded_by = ?, invalid_at = ? WHERE id = ?",
+    "self": "UPDATE memories SET supersedes = id, superseded_by = id, invalid_at = ? WHERE id = ?",
+    "one way": "UPDATE memories SET supersedes = NULL WHERE id = ?",
+    "dangling": "UPDATE memories SET supersedes = 'mem_gone00000000' WHERE id = ?",
+}
+
+
+def test_chains_an_older_release_broke_are_repaired_at_start_up(
+    tmp_path: Any, clock: FakeClock
+) -> None:
+    """Chains as the bugs before this fix left them, written straight into the database, are
+    sound after a restart, with the newest memory of a cycle current; a sound chain is left
+    as it was."""
+    config = make_settings(tmp_path)
+    people = [f"+155512300{n:02d}" for n in range(10, 16)]
+    with _app(config, clock) as api:
+        ids = {}
+        for phone in people:
+            first = add(api, "Lives in Madrid", phone=phone)["id"]
+            clock.advance(days=1)
+            second = add(api, "Lives in Lisbon", phone=phone, supersedes=first)["id"]
+            ids[phone] = (first, second)
+        (a, b), (c, _), (x, y), (_, q), (d, _), sound = (ids[n] for n in people)
+        when = get(api, a)["valid_from"]
+        execute(config, BROKEN["cycle"], b, b, when, a)
+        execute(config, BROKEN["cycle"], a, a, when, b)
+        execute(
+            config,
+            "UPDATE memories SET supersedes = NULL, superseded_by = NULL,"
+            " invalid_at = NULL WHERE id = ?",
+            c,
+        )
+        execute(config, BROKEN["self"], when, c)
+        execute(config, BROKEN["one way"], y)  # a rejected middle approved again, before
+        execute(config, "UPDATE memories SET status = 'rejected' WHERE id = ?", q)
+        execute(config, BROKEN["dangling"], d)
+        untouched = get(api, sound[1])
+        assert chain_problems(api.services.store.every_memory())
+    clock.advance(days=1)
+    with _app(config, clock) as api:
+        assert_chains_sound(api)
+        assert get(api, sound[1]) == untouched
+        for phone in people[:1] + people[2:]:
+            assert len(current(api, phone=phone)) == 1, phone
+        # naming itself, it had left its chain: both are shown, neither hidden by a guess
+        assert current(api, phone=people[1]) == ["Lives in Lisbon", "Lives in Madrid"]
+        assert current(api, phone=people[0]) == ["Lives in Lisbon"]  # the newest of the cycle
+        assert get(api, a)["superseded_by"] == b and get(api, b)["invalid_at"] is None
+        assert get(api, y)["supersedes"] == x
+        assert current(api, phone=people[3]) == ["Lives in Madrid"]  # Lisbon was rejected
+        assert get(api, d)["supersedes"] is None
+        history = api.client.get(f"{M}/{b}/history", headers=admin()).json()["items"]
+        assert history[-1]["action"] == "reopen" and history[-1]["actor"] == "system"
+        api.index()
+        found = api.context(phone=people[0], query="where does she live", threshold=-1)
+        assert [f["content"] for f in found.json()["facts"]] == ["Lives in Lisbon"]
+    with _app(config, clock) as api:  # once repaired, a start-up changes nothing
+        after = api.client.get(f"{M}/{b}/history", headers=admin()).json()["items"]
+        assert after == history
+
+
+@contextlib.contextmanager
+def _app(config: Any, clock: FakeClock) -> Iterator[Api]:
+    with TestClient(
+        create_app(config, clock=clock, encoder_factory=fake_factory, run_workers=False)
+    ) as client:
+        yield Api(client)
 
 
 # -- at once -------------------------------------------------------------------------------------
