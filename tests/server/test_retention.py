@@ -394,6 +394,7 @@ def test_a_database_of_version_5_gains_the_opt_outs_table(tmp_path: Path) -> Non
     execute(settings, "DROP INDEX memories_superseded_by")  # (version 8: its columns)
     execute(settings, "DROP TABLE people")  # (version 9)
     execute(settings, "DROP TABLE person_name_words")
+    execute(settings, "DROP TABLE moves")  # (version 10)
     for column in ("valid_from", "invalid_at", "superseded_by", "supersedes"):
         execute(settings, f"ALTER TABLE memories DROP COLUMN {column}")
     execute(settings, "DELETE FROM schema_migrations WHERE version >= 6")
