@@ -46,6 +46,7 @@ from hypothesis.stateful import (
 
 from server.app import create_app
 from server.hooks import Hooks
+from server.retention import Retention
 from tests.backends import query
 from tests.conftest import ADMIN_KEY, make_settings
 from tests.fakes import fake_factory
@@ -98,7 +99,7 @@ class Drill(RuleBasedStateMachine):
         self.erased: set[str] = set()  # tokens of forgotten people
         self.touched: list[str] = []  # tokens this step changed, checked for findability
         self._open()
-        settings_ = {"review": True, "compact_trigger": 6, "compact_keep": 2}
+        settings_ = {"review": True, "compact_trigger": 6, "compact_keep": 2, "retention_days": 30}
         self._ok(self.http.put(f"/v1/agents/{AGENT}/settings", json=settings_, headers=ADMIN))
         made = self.http.post("/v1/keys", json={"scope": f"agent:{AGENT}"}, headers=ADMIN)
         self.agent_key = {"Authorization": f"Bearer {made.json()['key']}"}
@@ -249,6 +250,9 @@ class Drill(RuleBasedStateMachine):
     @rule(phone=st.sampled_from(PHONES))
     def forget(self, phone: str) -> None:
         self._ok(self.http.delete(_person(phone), headers=ADMIN), 200, 404)
+        self.forget_in_model(phone)
+
+    def forget_in_model(self, phone: str) -> None:
         gone = self._of(phone)
         self.erased |= gone
         self.turns = {t: p for t, p in self.turns.items() if p != phone}
@@ -338,6 +342,23 @@ class Drill(RuleBasedStateMachine):
         token = data.draw(st.sampled_from(tokens))
         body = {"query": f"who wrote {token}", "mode": "keyword"}
         self._ok(self.http.post("/v1/search", json=body, headers=self.staff_key), 200)
+
+    @rule(days=st.sampled_from([1, 20, 45]))
+    def time_passes_and_retention_sweeps(self, days: int) -> None:
+        """The agent keeps 30 days: people quiet for longer are forgotten, older archived
+        turns of the others deleted (their words may stay in the summary)."""
+        self._clock.now += timedelta(days=days)
+        Retention.of(self.services, clock=self._clock).sweep()
+        stored = _tokens(
+            query(self.services.settings, "SELECT phone, content FROM messages")
+            + query(self.services.settings, "SELECT phone, content FROM memories")
+        )
+        for phone in PHONES:
+            mine = self._of(phone)
+            if mine and not any(p == phone for p in stored.values()):
+                self.forget_in_model(phone)  # forgotten as quiet
+        self.turns = {t: p for t, p in self.turns.items() if t in stored}
+        self.facts = {i: f for i, f in self.facts.items() if f[0] in stored}
 
     @rule()
     def restart(self) -> None:
@@ -455,6 +476,11 @@ class Drill(RuleBasedStateMachine):
             if rows:
                 return str(rows[0][0])
         raise AssertionError(f"{token} is not stored")
+
+
+def _tokens(rows: list[Any]) -> dict[str, str]:
+    """The unique words in (phone, text) rows, with the phone of the row each is in."""
+    return {token: str(row[0]) for row in rows for token in TOKEN.findall(str(row[1]))}
 
 
 def _lance_files(folder: Path) -> tuple[list[tuple[str, str]], str]:
