@@ -93,7 +93,7 @@ def leave(conn: Conn, memory: Memory, actor: str, now: str, *, deleting: bool) -
         )
     if deleting:
         stand_in = after or (before.id if before is not None else memory.supersedes)
-        _pass_proposals_on(conn, memory.id, stand_in, skip=after)
+        _pass_proposals_on(conn, memory, stand_in, skip=after)
 
 
 def read(conn: Conn, memory_id: str | None) -> Memory | None:
@@ -140,11 +140,16 @@ def _reopen(conn: Conn, first: Memory, leaving: Memory, actor: str, now: str) ->
         cause, reopened = reopened, _replaced_by(conn, reopened.id)
 
 
-def _pass_proposals_on(conn: Conn, gone: str, stand_in: str | None, *, skip: str | None) -> None:
+def _pass_proposals_on(conn: Conn, gone: Memory, stand_in: str | None, *, skip: str | None) -> None:
     """Memories naming `gone` (about to be deleted) as the one they replace name `stand_in`
     instead (none when linking would close a cycle): a pending replacement of a deleted
-    memory replaces what took its place on approval, not nothing."""
-    rows = conn.execute("SELECT id FROM memories WHERE supersedes = ?", (gone,)).fetchall()
+    memory replaces what took its place on approval, not nothing. Only the same person's
+    memories can name it, and the person's index finds them (supersedes has none)."""
+    person, args = ("phone IS NULL", ()) if gone.phone is None else ("phone = ?", (gone.phone,))
+    rows = conn.execute(
+        f"SELECT id FROM memories WHERE agent = ? AND {person} AND supersedes = ?",
+        (gone.agent, *args, gone.id),
+    ).fetchall()
     for row in rows:
         proposal = str(row["id"])
         if proposal == skip:
