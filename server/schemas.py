@@ -640,8 +640,10 @@ class MemoryCreate(Strict):
         " change in the world: 'moved to Lisbon' replaces 'lives in Madrid'). The old one gets"
         " `invalid_at` and `superseded_by` in the same transaction; while this one waits for"
         " review, on approval. 422 invalid_supersedes when no such memory of this agent and"
-        " person exists, 409 already_superseded when another replaced it already. To fix a"
-        " wrong memory instead, PATCH it.",
+        " person exists, 409 already_superseded when another replaced it already, 409"
+        " supersedes_cycle when the memory it names replaces this one (or would once"
+        " approved). Approved after another replaced the old one, it replaces the current one"
+        " of that chain. To fix a wrong memory instead, PATCH it.",
     )
 
     @field_validator("session_id", "task_id", "graph_id")
