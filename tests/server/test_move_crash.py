@@ -41,38 +41,29 @@ print("the move finished without reaching", point)
 """
 
 
-def fill(server: Server) -> None:
-    person = f"/v1/agents/{AGENT}/people/{OLD}"
+def fill(server: Server, phone: str) -> None:
+    person = f"/v1/agents/{AGENT}/people/{phone}"
     with httpx.Client(base_url=server.base, headers=ADMIN, timeout=10) as http:
         for n in range(12):
             body = {"role": "user", "content": f"turn {n} about the kiwi", "event_id": f"e{n}"}
             assert http.post(f"{person}/messages", json=body).status_code == 201
-        memory = {"phone": OLD, "content": "Likes kiwi"}
+        memory = {"phone": phone, "content": "Likes kiwi"}
         assert http.post(f"/v1/agents/{AGENT}/memories", json=memory).status_code == 201
         assert http.post(f"{person}/compact").status_code == 200
     server.wait_indexed()
 
 
-@pytest.mark.parametrize("point", ["move.committed", "move.rewritten", "move.left"])
-def test_a_move_killed_at_any_step_is_finished_at_the_next_start(
-    tmp_path: Path, point: str
-) -> None:
-    data = tmp_path / "data"
-    settings = make_settings(data)
-    server = Server(data)
-    server.start()
-    fill(server)
-    server.stop()
+def kill_a_move_at(point: str, server: Server, old: str, new: str) -> None:
     env = {
         **os.environ,
-        "MEMORY_DATA_DIR": str(data),
+        "MEMORY_DATA_DIR": str(server.data_dir),
         "MEMORY_EMBEDDING_MODEL": "hash:64",
         "MEMORY_LOG_LEVEL": "warning",
         "HF_HUB_OFFLINE": "1",
         **server.database_env(),
     }
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, point, AGENT, OLD, NEW],
+        [sys.executable, "-c", CHILD, point, AGENT, old, new],
         env=env,
         cwd=ROOT,
         capture_output=True,
@@ -80,27 +71,42 @@ def test_a_move_killed_at_any_step_is_finished_at_the_next_start(
         timeout=120,
     )
     assert done.returncode == -9, (done.returncode, done.stdout, done.stderr[-2000:])
-    assert [tuple(r) for r in query(settings, "SELECT old_phone, new_phone FROM moves")] == [
-        (OLD, NEW)
-    ]
-    if point != "move.left":
-        assert OLD in lance_texts(data / "lance")  # some version still holds it
-    server.start()  # finishes the move before it serves
-    try:
-        server.wait_indexed()
-        found = httpx.post(
-            f"{server.base}/v1/search",
-            json={"query": "kiwi", "mode": "keyword", "limit": 50},
-            headers=ADMIN,
-            timeout=10,
-        ).json()["items"]
-    finally:
-        server.stop()
-    assert found and {item["phone"] for item in found} == {NEW}
-    assert query(settings, "SELECT COUNT(*) FROM moves")[0][0] == 0
-    assert OLD not in lance_texts(data / "lance")
+
+
+def test_a_move_killed_at_any_step_is_finished_at_the_next_start(tmp_path: Path) -> None:
+    """The person moves back and forth, the move killed at each step in turn, the server
+    started again after each kill."""
+    data = tmp_path / "data"
+    settings = make_settings(data)
+    server = Server(data)
+    server.start()
+    fill(server, OLD)
+    server.stop()
     index = VectorIndex(data / "lance", "hash:64", 64)
-    turns = {f"turn:{r[0]}" for r in query(settings, "SELECT id FROM messages")}
-    facts = {f"fact:{r[0]}" for r in query(settings, "SELECT id FROM memories")}
-    assert set(index.person_ids(AGENT, NEW)) >= turns | facts
-    assert index.person_ids(AGENT, OLD) == []
+    moves = [(OLD, NEW), (NEW, OLD), (OLD, NEW)]
+    points = ["move.committed", "move.rewritten", "move.left"]
+    for point, (old, new) in zip(points, moves, strict=True):
+        kill_a_move_at(point, server, old, new)
+        journal = query(settings, "SELECT old_phone, new_phone FROM moves")
+        assert [tuple(r) for r in journal] == [(old, new)], point
+        if point != "move.left":
+            assert old in lance_texts(data / "lance"), point  # some version still holds it
+        server.start()  # finishes the move before it serves
+        try:
+            server.wait_indexed()
+            found = httpx.post(
+                f"{server.base}/v1/search",
+                json={"query": "kiwi", "mode": "keyword", "limit": 50},
+                headers=ADMIN,
+                timeout=10,
+            ).json()["items"]
+        finally:
+            server.stop()
+        assert found and {item["phone"] for item in found} == {new}, point
+        assert query(settings, "SELECT COUNT(*) FROM moves")[0][0] == 0, point
+        assert old not in lance_texts(data / "lance"), point
+        index.reopen()
+        turns = {f"turn:{r[0]}" for r in query(settings, "SELECT id FROM messages")}
+        facts = {f"fact:{r[0]}" for r in query(settings, "SELECT id FROM memories")}
+        assert set(index.person_ids(AGENT, new)) >= turns | facts, point
+        assert index.person_ids(AGENT, old) == [], point
