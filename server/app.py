@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import logging
 import math
+import re
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 
 import anyio
 from fastapi import Depends, FastAPI
@@ -364,7 +366,8 @@ class BodyLimit:
     requests at once the answer is 503 overloaded. A body method that announces a body needs a
     live key before a byte of it is read (401 at once). A body over the limit is 413, whether
     announced by Content-Length or streamed; one that has not arrived in full `timeout_s` after
-    the first read is 408. A JSON body no route should see is 422 (see strict_json_problem).
+    the first read is 408. A JSON body no route should see is 422, or 413 when it holds more
+    values than any route takes (see strict_json_problem).
     Every early answer closes the connection, so the unread rest is never taken for a request."""
 
     def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float, max_in_flight: int) -> None:
@@ -440,7 +443,7 @@ class BodyLimit:
             if scope.get("method") in _BODY_METHODS:
                 problem = strict_json_problem(body)
                 if problem is not None:
-                    await _send_error(send, 422, *problem)
+                    await _send_error(send, *problem)
                     return
         await self.app(scope, _replay(body, receive), send)
 
@@ -472,20 +475,32 @@ def _authenticate(scope: Scope) -> None:
 
 
 MAX_JSON_DEPTH = 64
+# More values (arrays, objects and the items between commas) than any body of this API holds:
+# the largest, a memory with metadata of the default 16 KiB, holds a few thousand. A megabyte
+# of "[[],[],...]" is a quarter of a million: parsing it cost a second of CPU on the event
+# loop (mostly the garbage collector's passes over the new lists), so it is counted first.
+MAX_JSON_VALUES = 20_000
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_RAW_SURROGATE = re.compile(rb"\xed[\xa0-\xbf]")  # U+D800-DFFF as UTF-8 bytes: Python decodes it
 
 
 class _NotStrictJson(Exception):
     pass
 
 
-def strict_json_problem(body: bytes) -> tuple[str, str] | None:
-    """Why a body that parses as JSON must still be refused, as (code, message), else None.
+def strict_json_problem(body: bytes) -> tuple[int, str, str] | None:
+    """Why a body that parses as JSON must still be refused, as (status, code, message), else
+    None.
 
     Python's parser accepts what no route should see: NaN and Infinity (not JSON), numbers that
     overflow to infinity, duplicate keys (which one wins?), nesting deep enough to exhaust the
-    stack, and keys or strings with lone surrogates, which cannot be stored or sent back as
-    UTF-8 (a metadata value with one used to be stored, then failed every read with a 500).
-    A body that is not JSON at all is left to the route, which answers 400 or 422 as before."""
+    stack, and keys or strings with lone surrogates, escaped or as raw bytes, which cannot be
+    stored or sent back as UTF-8 (a metadata value with one used to be stored, then failed
+    every read with a 500). More than MAX_JSON_VALUES values is 413. A body that is not JSON
+    at all is left to the route, which answers 400 or 422 as before."""
+    if _more_values_than(body, MAX_JSON_VALUES):
+        message = f"request body holds more than {MAX_JSON_VALUES} JSON values"
+        return 413, "too_many_json_values", message
     try:
         value = json.loads(
             body,
@@ -494,21 +509,54 @@ def strict_json_problem(body: bytes) -> tuple[str, str] | None:
             object_pairs_hook=_unique_keys,
         )
     except _NotStrictJson as exc:
-        return "invalid_json", str(exc)
+        return 422, "invalid_json", str(exc)
     except RecursionError:
-        return "invalid_json", f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+        return 422, "invalid_json", f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
     except ValueError:
         return None
     brackets = body.count(b"[") + body.count(b"{")
-    if brackets <= MAX_JSON_DEPTH and b"\\u" not in body and b"\x00" not in body:
-        return None  # UTF-8 (no NUL byte), no escapes: no surrogate; too few brackets for depth
+    if (
+        brackets <= MAX_JSON_DEPTH
+        and b"\\u" not in body
+        and b"\x00" not in body
+        and not _RAW_SURROGATE.search(body)
+    ):
+        return None  # no escape, NUL or raw surrogate: no bad text; too few brackets for depth
     for path, depth, text in _walk(value):
         if depth > MAX_JSON_DEPTH:
-            return "invalid_json", f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+            return 422, "invalid_json", f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
         if text is not None and (why := _bad_text(text)):
             code = field_code(path[0]) if path else "invalid_request"
-            return code, f"{_label(path)}: {why}"
+            return 422, code, f"{_label(path)}: {why}"
     return None
+
+
+def _more_values_than(body: bytes, limit: int) -> bool:
+    """Whether a JSON body holds more than limit values, counted without building them: the
+    commas and opening brackets outside strings. Commas in text count only when there are
+    more marks than the limit in all: then a parse without the garbage collector (a few
+    milliseconds a megabyte) proves the body is JSON, and the strings, which then start at the
+    quotes a left-to-right scan meets, are cut out in one pass."""
+    if body.count(b",") + body.count(b"[") + body.count(b"{") <= limit:
+        return False
+    try:
+        with _collector_paused():
+            json.loads(body)
+    except (ValueError, RecursionError):
+        return False  # not JSON (or too deep): the strict parse says why
+    structure = _JSON_STRING.sub(b"", body)
+    return structure.count(b",") + structure.count(b"[") + structure.count(b"{") > limit
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _no_constant(name: str) -> float:

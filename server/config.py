@@ -78,6 +78,20 @@ class Settings(BaseSettings):
     )
     max_message_chars: int = Field(32_000, ge=1, description="Largest message content, characters.")
     max_memory_chars: int = Field(2_000, ge=1, description="Largest memory content, characters.")
+    max_metadata_bytes: int = Field(
+        16_384,
+        ge=2,
+        le=1_048_576,
+        description="Largest metadata of a memory (and metadata filter of a memory search), in"
+        " bytes of compact UTF-8 JSON; 413 metadata_too_large beyond.",
+    )
+    max_metadata_depth: int = Field(
+        10,
+        ge=1,
+        le=63,  # the body's own limit (64 levels) less the body object
+        description="Deepest nesting of a memory's metadata (the object itself is one level);"
+        " 422 metadata_too_deep beyond.",
+    )
     busy_timeout_ms: int = Field(
         10_000, ge=0, description="How long SQLite waits for a lock held by another process."
     )

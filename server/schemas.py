@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -23,6 +23,18 @@ def printable_id(value: str, what: str) -> str:
     if refused is not None:
         raise ValueError(f"{what} must be printable text; it holds {code_point(refused)}")
     return value
+
+
+# Longest values of the free-text fields that settings do not size (README, "Limits"): far
+# beyond what a client sends, each refused with 422 naming the field and its limit, so that no
+# field makes the server parse, redact or store more than that.
+PHONE_CHARS = 64  # a number as people write it ("(+34) 600-11-12-22"), spaces and all
+TIME_CHARS = 64  # an ISO 8601 time, with fractions and an offset
+AGENT_CHARS = 64  # the contract's 1-64 characters
+NAME_CHARS = 1000  # as sent, before spaces are collapsed (the name itself is 100 at most)
+QUERY_CHARS = 4000
+SCOPE_ID_CHARS = 200  # session_id, task_id, graph_id
+AgentName = Annotated[str, Field(max_length=AGENT_CHARS)]
 
 
 # -- messages -----------------------------------------------------------------------------------
@@ -49,11 +61,16 @@ class MessageCreate(Strict):
         None, min_length=1, max_length=256, description="Webhook event id; a retry stores nothing."
     )
     number: str | None = Field(
-        None, description="The sending (business) number in E.164, kept for audit only."
+        None,
+        max_length=PHONE_CHARS,
+        description="The sending (business) number in E.164, kept for audit only.",
     )
-    created_at: str | None = Field(None, description="When the turn happened (ISO 8601).")
+    created_at: str | None = Field(
+        None, max_length=TIME_CHARS, description="When the turn happened (ISO 8601)."
+    )
     name: str | None = Field(
         None,
+        max_length=NAME_CHARS,
         description="The person's name as the messaging provider gives it (a WhatsApp profile"
         " name): stored as theirs when it differs from the one stored (see PUT .../name),"
         " without its control and format characters; one that is then no name is ignored,"
@@ -168,7 +185,7 @@ class PersonNameIn(Strict):
     name: str = Field(
         description="The name the agent knows the person by: 1 to 100 characters with a"
         " letter, spaces collapsed.",
-        max_length=1000,
+        max_length=NAME_CHARS,
     )
 
 
@@ -341,7 +358,7 @@ class MoveIn(Strict):
     to: str = Field(
         description="The person's new number, in international form ('+34 600 11 13 33' is"
         " fine); stored in E.164.",
-        max_length=64,
+        max_length=PHONE_CHARS,
     )
 
 
@@ -406,7 +423,7 @@ class KeyCreate(Strict):
     )
 
     scope: str = Field(description="'admin', 'staff' or 'agent:<agent>'.", max_length=80)
-    agents: list[str] | None = Field(
+    agents: list[AgentName] | None = Field(
         None, max_length=1000, description="For staff keys: the agents it may read (none: all)."
     )
 
@@ -624,13 +641,20 @@ class MemoryCreate(Strict):
     )
 
     content: str = Field(description="One short datum, 1 to 2,000 characters.")
-    phone: str | None = Field(None, description="The person it is about (E.164), or none.")
+    phone: str | None = Field(
+        None, max_length=PHONE_CHARS, description="The person it is about (E.164), or none."
+    )
     type: Literal["fact", "preference", "context"] = "fact"
     confidence: float | None = Field(None, ge=0.0, le=1.0)
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    session_id: str | None = Field(None, min_length=1, max_length=200)
-    task_id: str | None = Field(None, min_length=1, max_length=200)
-    graph_id: str | None = Field(None, min_length=1, max_length=200)
+    metadata: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Any JSON object, at most MEMORY_MAX_METADATA_BYTES (16 KiB) as compact"
+        " JSON (413 metadata_too_large) and MEMORY_MAX_METADATA_DEPTH (10) levels deep (422"
+        " metadata_too_deep).",
+    )
+    session_id: str | None = Field(None, min_length=1, max_length=SCOPE_ID_CHARS)
+    task_id: str | None = Field(None, min_length=1, max_length=SCOPE_ID_CHARS)
+    graph_id: str | None = Field(None, min_length=1, max_length=SCOPE_ID_CHARS)
     supersedes: str | None = Field(
         None,
         min_length=1,
@@ -659,7 +683,9 @@ class MemoryUpdate(Strict):
     )
 
     content: str | None = Field(None, description="New content; re-embedded before the reply.")
-    metadata: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = Field(
+        None, description="Replaces the metadata; limits as on POST."
+    )
     type: Literal["fact", "preference", "context"] | None = None
 
 
@@ -692,21 +718,24 @@ class MemorySearch(Strict):
         },
     )
 
-    query: str = Field(min_length=1, max_length=4000)
-    phone: str | None = None
+    query: str = Field(min_length=1, max_length=QUERY_CHARS)
+    phone: str | None = Field(None, max_length=PHONE_CHARS)
     limit: int = Field(10, ge=1, le=100)
     threshold: float = Field(0.7, ge=-1.0, le=1.0, description="Cosine floor (semantic).")
     mode: Literal["semantic", "keyword", "hybrid"] = "semantic"
-    start_date: str | None = None
-    end_date: str | None = None
+    start_date: str | None = Field(None, max_length=TIME_CHARS)
+    end_date: str | None = Field(None, max_length=TIME_CHARS)
     status: Literal["pending", "approved", "rejected"] | None = None
     type: Literal["fact", "preference", "context"] | None = None
-    session_id: str | None = Field(None, max_length=200)
-    task_id: str | None = Field(None, max_length=200)
-    graph_id: str | None = Field(None, max_length=200)
-    metadata: dict[str, Any] | None = Field(None, description="Equality on each key given.")
+    session_id: str | None = Field(None, max_length=SCOPE_ID_CHARS)
+    task_id: str | None = Field(None, max_length=SCOPE_ID_CHARS)
+    graph_id: str | None = Field(None, max_length=SCOPE_ID_CHARS)
+    metadata: dict[str, Any] | None = Field(
+        None, description="Equality on each key given; limits as for a memory's metadata."
+    )
     as_of: str | None = Field(
         None,
+        max_length=TIME_CHARS,
         description="An ISO 8601 time: the memories true then (superseded later or not)"
         " instead of the current ones.",
     )
@@ -784,13 +813,15 @@ class StaffSearchIn(Strict):
         },
     )
 
-    query: str = Field(min_length=1, max_length=4000)
-    agents: list[str] | None = Field(None, max_length=200)
-    phone: str | None = None
-    kinds: list[Literal["facts", "turns", "summaries"]] | None = Field(None, min_length=1)
+    query: str = Field(min_length=1, max_length=QUERY_CHARS)
+    agents: list[AgentName] | None = Field(None, max_length=200)
+    phone: str | None = Field(None, max_length=PHONE_CHARS)
+    kinds: list[Literal["facts", "turns", "summaries"]] | None = Field(
+        None, min_length=1, max_length=3
+    )
     mode: Literal["semantic", "keyword", "hybrid"] = "hybrid"
-    since: str | None = None
-    until: str | None = None
+    since: str | None = Field(None, max_length=TIME_CHARS)
+    until: str | None = Field(None, max_length=TIME_CHARS)
     limit: int = Field(20, ge=1, le=200)
     offset: int = Field(0, ge=0, le=10_000)
     threshold: float | None = Field(None, ge=-1.0, le=1.0, description="Cosine floor.")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Response, status
 from fastapi.responses import JSONResponse
 
-from server import validation
+from server import limits, validation
+from server.config import Settings
 from server.deps import AgentDep, PrincipalDep, ServicesDep
 from server.errors import InvalidInput, NotFound, error_body
 from server.memory_book import MemoryQuery
@@ -43,6 +44,12 @@ def _out(memory: Memory) -> MemoryOut:
 
 def _optional_phone(phone: str | None) -> str | None:
     return validation.phone_number(phone) if phone else None
+
+
+def _metadata(value: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    return limits.metadata_within(
+        value, max_bytes=settings.max_metadata_bytes, max_depth=settings.max_metadata_depth
+    )
 
 
 def _optional_time(value: str | None, what: str) -> str | None:
@@ -98,7 +105,7 @@ def create_memory(
         status=state,
         confidence=body.confidence,
         actor=principal.key_id,
-        metadata=body.metadata,
+        metadata=_metadata(body.metadata, services.settings),
         session_id=body.session_id,
         task_id=body.task_id,
         graph_id=body.graph_id,
@@ -198,7 +205,7 @@ def search_memories(
             valid_at=_optional_time(body.as_of, "as_of"),
             include_superseded=body.include_superseded,
         ),
-        metadata=body.metadata,
+        metadata=None if body.metadata is None else _metadata(body.metadata, services.settings),
     )
     found = services.book.search(agent, query)
     return MemorySearchOut(
@@ -235,6 +242,8 @@ def update_memory(
     """Change content, metadata or type; new content is embedded before the reply."""
     principal.require_write(agent)
     changes = body.model_dump(exclude_unset=True, exclude_none=True)
+    if "metadata" in changes:
+        changes["metadata"] = _metadata(changes["metadata"], services.settings)
     if "content" in changes:
         limit = services.settings.max_memory_chars
         changes["content"] = validation.one_line(
