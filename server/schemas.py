@@ -504,6 +504,12 @@ class Health(BaseModel):
         " by a reader (a backup, a sqlite3 shell) and is being retried. Until then files may"
         " still hold forgotten text.",
     )
+    move_pending: bool = Field(
+        False,
+        description="A person's move to a new number is not settled: its vectors are being"
+        " rewritten, or a stop or a failed write cut it short and a start-up (or the indexer,"
+        " a minute on) finishes it. Until then files may still hold the old number.",
+    )
     upgrade: UpgradeOut | None = Field(
         None, description="The data folder's move to the configured model, when one runs."
     )

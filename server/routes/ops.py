@@ -45,6 +45,7 @@ def health(services: ServicesDep) -> Health:
         erasure_pending=(
             services.store.checkpoint_pending or services.store.count_pending_erasures() > 0
         ),
+        move_pending=bool(services.store.pending_moves()),
         upgrade=UpgradeOut(**asdict(upgrade)) if upgrade is not None else None,
         connections=ConnectionsOut(
             engine=services.store.engine, **asdict(services.store.pool_stats())

@@ -39,6 +39,7 @@ def test_health(api: Api) -> None:
         "model": "fake-hash",
         "version": __version__,
         "erasure_pending": False,
+        "move_pending": False,
         "upgrade": None,
         "indexer": "standby",  # (its loop does not run in this test, so it holds no lease)
     }

@@ -147,10 +147,12 @@ def test_a_move_whose_vectors_could_not_be_written_is_settled_later(
     assert move(api, A, B) == 200
     pending = query(api.services.settings, "SELECT agent, old_phone, new_phone FROM moves")
     assert [tuple(r) for r in pending] == [(AGENT, A, B)]
+    assert api.client.get("/health").json()["move_pending"] is True
     lance = api.services.settings.data_dir / "lance"
     assert A in lance_texts(lance)  # older versions still hold the old number
     assert api.services.memory.finish_moves() == 1
     assert query(api.services.settings, "SELECT COUNT(*) FROM moves")[0][0] == 0
     assert api.services.indexer.space.index.person_ids(AGENT, A) == []
     assert A not in lance_texts(lance)
+    assert api.client.get("/health").json()["move_pending"] is False
     assert_everything_findable(api, words)
