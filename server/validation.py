@@ -6,12 +6,11 @@ import re
 import unicodedata
 from urllib.parse import unquote
 
-import phonenumbers
-
 from server.auth import AGENT_PATTERN
 from server.characters import code_point, refused_character, without_refused
 from server.clock import normalise_time
 from server.errors import InvalidInput
+from server.phones import LEGACY_PHONE, e164
 
 # How people write a number: '+' (or 00) and digits, with spaces, dashes, dots or parentheses
 # anywhere ("(+34) 600-11-12-22"); what is left without them must be '+' or 00 and digits.
@@ -43,18 +42,10 @@ def phone_number(value: str, *, code: str = "invalid_phone") -> str:
         raise InvalidInput(PHONE_MESSAGE, code)
     if candidate.startswith("00"):
         candidate = "+" + candidate[2:]
-    try:
-        parsed = phonenumbers.parse(candidate, None)
-    except phonenumbers.NumberParseException as exc:
-        raise InvalidInput(PHONE_MESSAGE, code) from exc
-    folded = fold_mexican_mobile(parsed)
-    if not phonenumbers.is_possible_number(folded):
+    number = e164(candidate)
+    if number is None:
         raise InvalidInput(PHONE_MESSAGE, code)
-    return phonenumbers.format_number(folded, phonenumbers.PhoneNumberFormat.E164)
-
-
-# What an earlier release accepted: '+' and 8-15 digits, whether or not the number can exist.
-LEGACY_PHONE = re.compile(r"\+[0-9]{8,15}")  # used with fullmatch, never match
+    return number
 
 
 def stored_phone_number(value: str) -> str:
@@ -67,15 +58,6 @@ def stored_phone_number(value: str) -> str:
         if LEGACY_PHONE.fullmatch(value.strip()):
             return value.strip()
         raise
-
-
-def fold_mexican_mobile(number: phonenumbers.PhoneNumber) -> phonenumbers.PhoneNumber:
-    """'+52 1 55 1234 5678' (a mobile with the '1' Mexico dropped in 2019, which WhatsApp
-    still reports) becomes '+52 55 1234 5678', the same person's number everywhere else."""
-    national = str(number.national_number)
-    if number.country_code == 52 and len(national) == 11 and national.startswith("1"):
-        return phonenumbers.PhoneNumber(country_code=52, national_number=int(national[1:]))
-    return number
 
 
 def text_content(value: str, *, limit: int, what: str = "content") -> str:

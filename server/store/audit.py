@@ -10,6 +10,7 @@ from typing import Any
 
 import phonenumbers
 
+from server.phones import LEGACY_PHONE, e164
 from server.store.db import Conn, Queries
 from server.store.records import AuditEntry
 
@@ -195,8 +196,6 @@ _SEPARATORS = r"[\s().\-/\u2010-\u2015\u200b-\u200d\u2060\ufeff]"
 _NUMBER_RUN = re.compile(rf"(?:\+|%2[bB]|(?<![\w+])00)[0-9]+(?:{_SEPARATORS}{{1,3}}[0-9]+)*")
 _GROUP = re.compile(r"[0-9]+")
 _DIGITS_MIN, _DIGITS_MAX = 6, 17  # after '+' or 00, as validation.PHONE_COMPACT takes them
-# An earlier release stored '+' and 8-15 digits, whether or not the number can exist.
-_LEGACY = re.compile(r"\+[0-9]{8,15}")  # fullmatch only
 
 
 def numbers_named(text: str) -> set[str]:
@@ -221,27 +220,14 @@ def numbers_named(text: str) -> set[str]:
 
 
 def _stored_form(compact: str) -> str | None:
-    """compact ('+' and digits) as the store holds it (validation.stored_phone_number, which
-    this package cannot import: validation imports the store), or None."""
+    """compact ('+' and digits) as the store holds it (validation.stored_phone_number's
+    reading), or None."""
     if not _DIGITS_MIN <= len(compact) - 1 <= _DIGITS_MAX:
         return None
-    try:
-        parsed = phonenumbers.parse(compact, None)
-    except phonenumbers.NumberParseException:
-        parsed = None
-    if parsed is not None:
-        folded = _fold_mexican_mobile(parsed)
-        if phonenumbers.is_possible_number(folded):
-            return phonenumbers.format_number(folded, phonenumbers.PhoneNumberFormat.E164)
-    return compact if _LEGACY.fullmatch(compact) else None
-
-
-def _fold_mexican_mobile(number: phonenumbers.PhoneNumber) -> phonenumbers.PhoneNumber:
-    """validation.fold_mexican_mobile: '+52 1 55 1234 5678' is '+52 55 1234 5678'."""
-    national = str(number.national_number)
-    if number.country_code == 52 and len(national) == 11 and national.startswith("1"):
-        return phonenumbers.PhoneNumber(country_code=52, national_number=int(national[1:]))
-    return number
+    number = e164(compact)
+    if number is not None:
+        return number
+    return compact if LEGACY_PHONE.fullmatch(compact) else None
 
 
 def _people_of(conn: Conn, phones: Iterable[str]) -> set[tuple[str, str]]:

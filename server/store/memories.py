@@ -10,6 +10,7 @@ from datetime import timedelta
 from itertools import groupby
 from typing import Any, NamedTuple
 
+import server.store.chains as chains  # (the module: the package imports this one)
 from server.clock import format_time
 from server.errors import (
     AlreadySuperseded,
@@ -17,7 +18,6 @@ from server.errors import (
     SupersedesConflict,
     SupersedesCycle,
 )
-from server.store import chains
 from server.store.chains import history as _history
 from server.store.db import AGENT_WIDE, Conn, Queries
 from server.store.messages import archive, count_waiting
