@@ -10,6 +10,7 @@ and no password word is returned at once (most turns). Redacting twice changes n
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from stdnum.br import cpf
 from stdnum.es import dni, nie
 from stdnum.exceptions import ValidationError
 from stdnum.mx import curp, rfc
+from stdnum.util import get_cc_module
 
 # The kinds, in the order they are looked for (a later one never sees an earlier one's text).
 KINDS: tuple[str, ...] = (
@@ -439,10 +441,25 @@ def _iban_end(text: str, start: int, end: int, verdicts: dict[str, bool]) -> int
             continue
         written = text[start:stop]
         if written not in verdicts:
-            verdicts[written] = _valid(iban, written)
+            verdicts[written] = _valid_iban(written)
         if verdicts[written]:
             return stop
     return None
+
+
+def _valid_iban(written: str) -> bool:
+    """iban.is_valid, with the country's own module called directly: python-stdnum's country
+    modules check the IBAN in full before their own check, so through iban.validate a Spanish
+    IBAN was checked twice (0.1 ms, the costliest secret of a text of IBANs)."""
+    country = iban.compact(written)[:2]
+    module = _country_iban(country) if country.isascii() and country.isalpha() else None
+    return _valid(module or iban, written)
+
+
+@functools.cache
+def _country_iban(country: str) -> object | None:
+    """python-stdnum's IBAN module of a country (stdnum.es.iban), or None."""
+    return get_cc_module(country, "iban")
 
 
 _BASE36 = {
