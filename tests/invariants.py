@@ -15,7 +15,9 @@ def assert_chains_sound(source: Any) -> None:
     round in a cycle (proposals of pending memories included), a chain is a line (one
     predecessor and one successor at most), only its last memory is true now, and when any
     memory of it is approved, that last one is approved: exactly one current memory, unless
-    none of it is approved (all pending, rejected or deleted).
+    none of it is approved (all pending, rejected or deleted). A memory replaced by another
+    holds no proposal of its own left unapplied (a pending one, replaced, would otherwise
+    leave current both what it proposed to replace and what replaced it).
 
     `source`: a Store, or anything holding one as `.store` or `.services.store` (the tests'
     Api, the app's Services)."""
@@ -71,6 +73,18 @@ def _link_problems(m: Memory, by_id: dict[str, Memory]) -> list[str]:
         problems.append(
             f"{m.id} is approved and supersedes {predecessor.id}, which is superseded by"
             f" {predecessor.superseded_by}: two current memories where there should be one"
+        )
+    if (
+        m.superseded_by is not None
+        and predecessor is not None
+        and predecessor.superseded_by != m.id
+    ):
+        # A proposal replaced before its own replacement was applied: the chain it would
+        # have joined and the chain that replaced it each keep a current memory.
+        problems.append(
+            f"{m.id} ({m.status}) was replaced by {m.superseded_by} while its proposal to"
+            f" replace {predecessor.id} (superseded by {predecessor.superseded_by}) was never"
+            " applied: two current memories, linked through it, where there should be one"
         )
     return problems
 

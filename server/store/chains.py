@@ -46,7 +46,14 @@ def apply(conn: Conn, memory: Memory, actor: str, now: str) -> Memory:
     (another approval came first, an edit raced with a compaction), the current memory of its
     chain instead, so that the chain keeps one current memory rather than two. The replaced
     one ends when `memory` began (never before it began itself). The link is dropped when the
-    memory it named is gone with nothing of its chain left. Returns `memory` as stored."""
+    memory it named is gone with nothing of its chain left. Returns `memory` as stored.
+
+    When the one it replaces is a proposal never applied (pending or rejected, naming a memory
+    its approval would replace), `memory` takes the proposal's place: the proposal is first
+    linked where its approval would have put it, after the current memory of the chain it
+    names (and so on back, for a proposal naming a proposal), so `memory` replaces, through
+    it, what the proposal would have. Otherwise both would stay current. The proposal, ended
+    by `memory`, is then a chain's middle: approving it later changes nothing."""
     if memory.supersedes is None:
         return memory
     named = read(conn, memory.supersedes)
@@ -58,16 +65,69 @@ def apply(conn: Conn, memory: Memory, actor: str, now: str) -> Memory:
         return replace(memory, supersedes=None)
     if last.id == memory.id or _replaces(conn, last.id, memory.id):
         return memory  # it is in that chain already, before its current memory
-    ended = max(memory.since, last.since)
+    links = _proposals_to_link(conn, last)
+    _drop_lost_proposal(conn, links[0][0] if links else last)
+    for older, newer in links:
+        _end(conn, older, newer, memory, actor, now)
+    _end(conn, last, memory, memory, actor, now)
+    return replace(memory, supersedes=last.id)
+
+
+def _end(conn: Conn, older: Memory, newer: Memory, approved: Memory, actor: str, now: str) -> None:
+    """`older` is replaced by `newer`, on the approval of `approved` (`newer` itself, or one
+    replacing it): it ends when that one began, as a proposal never approved did not hold."""
+    ended = max(approved.since, older.since)
     conn.execute(
         "UPDATE memories SET invalid_at = ?, superseded_by = ?, updated_at = ? WHERE id = ?",
-        (ended, memory.id, now, last.id),
+        (ended, newer.id, now, older.id),
     )
-    if last.id != memory.supersedes:
-        conn.execute("UPDATE memories SET supersedes = ? WHERE id = ?", (last.id, memory.id))
-    history(conn, last, "supersede", actor, last.content, memory.content, now)
-    enqueue(conn, "fact", last.id, last.agent, last.phone, now)
-    return replace(memory, supersedes=last.id)
+    if newer.supersedes != older.id:
+        conn.execute("UPDATE memories SET supersedes = ? WHERE id = ?", (older.id, newer.id))
+    history(conn, older, "supersede", actor, older.content, newer.content, now)
+    enqueue(conn, "fact", older.id, older.agent, older.phone, now)
+
+
+def _proposals_to_link(conn: Conn, memory: Memory) -> list[tuple[Memory, Memory]]:
+    """The links (older, newer) to make, first ones first, before `memory` (a chain's current
+    memory) is replaced: none unless it is a proposal never applied; then the one to what its
+    approval would replace, and so on back while that one is such a proposal too."""
+    links: list[tuple[Memory, Memory]] = []
+    step = memory
+    for _ in range(LONGEST_WALK):
+        target = _proposed_target(conn, step)
+        if target is None:
+            break
+        links.append((target, step))
+        step = target
+    return links[::-1]
+
+
+def _drop_lost_proposal(conn: Conn, memory: Memory) -> None:
+    """`memory`, about to be replaced, keeps no proposal that can no longer be applied (what it
+    names is gone with its chain, or closes a cycle): replaced, it would still point at a
+    memory left current beside its replacement."""
+    if memory.status == "approved" or memory.invalid_at is not None:
+        return
+    named = read(conn, memory.supersedes)
+    if memory.supersedes is not None and (named is None or named.superseded_by != memory.id):
+        conn.execute("UPDATE memories SET supersedes = NULL WHERE id = ?", (memory.id,))
+
+
+def _proposed_target(conn: Conn, memory: Memory) -> Memory | None:
+    """What approving `memory` would replace now, when it is a proposal never applied (not
+    approved, not replaced, naming a memory that it has not replaced): the current memory of
+    the chain it names, of its person and not one it replaces already (a cycle); else None."""
+    if memory.status == "approved" or memory.invalid_at is not None:
+        return None
+    named = read(conn, memory.supersedes)
+    if named is None or named.superseded_by == memory.id:
+        return None
+    last = _last_of(conn, named)
+    if last is None or (last.agent, last.phone) != (memory.agent, memory.phone):
+        return None
+    if last.id == memory.id or _replaces(conn, last.id, memory.id):
+        return None
+    return last
 
 
 def leave(conn: Conn, memory: Memory, actor: str, now: str, *, deleting: bool) -> None:
@@ -253,11 +313,14 @@ def repairs(person: Iterable[Link]) -> dict[str, Link]:
     sound, as they must become (empty when all are). Chains an older release could leave:
     a memory naming itself, a link to a memory gone (or another person's), a cycle (issue
     39: two memories replacing each other, neither current; the newest becomes current), a
-    memory replacing two, a link one way only, a chain ending in a rejected memory."""
+    memory replacing two, a link one way only, a proposal replaced before it was applied
+    (two current memories, linked through it), a chain ending in a rejected memory."""
     links = {link.id: link for link in person}
     before = dict(links)
-    for fix in (_unknown_links, _cycles, _second_predecessors, _one_way_links, _dormant_links):
+    for fix in (_unknown_links, _cycles, _second_predecessors, _one_way_links):
         fix(links)
+    _replaced_proposals(links)
+    _dormant_links(links)
     _rejected_ends(links)
     return {i: link for i, link in links.items() if link != before[i]}
 
@@ -336,6 +399,51 @@ def _one_way_links(links: dict[str, Link]) -> None:
             _set(links, successor.id, supersedes=link.id)
         if link.invalid_at is None:
             _set(links, link.id, invalid_at=max(link.since, successor.since))
+
+
+def _replaced_proposals(links: dict[str, Link]) -> None:
+    """A proposal replaced while it still only proposed (an older release let a memory replace
+    a pending one and leave what that one would have replaced current) is linked as `apply`
+    links it now: after the current memory of the chain it names, which ends when its own
+    chain's current memory began. One naming its own chain (a cycle) proposes nothing."""
+    for _ in range(len(links)):
+        found = _replaced_proposal(links)
+        if found is None:
+            return
+        proposal, named = found
+        last = _current_of(links, named)
+        replaced_by = _current_path(links, proposal)
+        if last is None or last in replaced_by:
+            _set(links, proposal, supersedes=None)
+            continue
+        ended = max(links[last].since, links[replaced_by[-1]].since)
+        _set(links, last, superseded_by=proposal, invalid_at=ended)
+        _set(links, proposal, supersedes=last)
+
+
+def _replaced_proposal(links: dict[str, Link]) -> tuple[str, str] | None:
+    """A replaced memory whose own `supersedes` is not applied: (its id, the memory it names)."""
+    for link in links.values():
+        named = link.supersedes
+        replaced = link.superseded_by is not None
+        if named is not None and replaced and links[named].superseded_by != link.id:
+            return link.id, named
+    return None
+
+
+def _current_path(links: dict[str, Link], start: str) -> list[str]:
+    """`start` and the memories that replaced it, one after the other, to its chain's end."""
+    path = [start]
+    step = links[start].superseded_by
+    while step is not None and step in links and step not in path:
+        path.append(step)
+        step = links[step].superseded_by
+    return path
+
+
+def _current_of(links: dict[str, Link], start: str) -> str | None:
+    path = _current_path(links, start)
+    return path[-1] if links[path[-1]].superseded_by is None else None
 
 
 def _dormant_links(links: dict[str, Link]) -> None:

@@ -24,6 +24,7 @@ from hypothesis.stateful import (
     Bundle,
     RuleBasedStateMachine,
     invariant,
+    multiple,
     rule,
     run_state_machine_as_test,
 )
@@ -83,6 +84,14 @@ def delete(api: Api, memory_id: str) -> None:
 def current(api: Api, *, phone: str = PHONE) -> list[str]:
     """The approved memories true now, as the listing shows them."""
     params = {"phone": phone, "status": "approved"}
+    response = api.client.get(M, params=params, headers=admin())
+    assert response.status_code == 200, response.text
+    return sorted(m["content"] for m in response.json()["items"])
+
+
+def to_review(api: Api) -> list[str]:
+    """The pending memories a reviewer's list shows."""
+    params = {"phone": PHONE, "status": "pending"}
     response = api.client.get(M, params=params, headers=admin())
     assert response.status_code == 200, response.text
     return sorted(m["content"] for m in response.json()["items"])
@@ -172,6 +181,109 @@ def test_an_approval_after_another_replaced_the_target_replaces_the_current_one(
     assert get(api, madrid["id"])["superseded_by"] == lisbon["id"]
     assert current(api) == ["Lives in Porto"]
     assert searched_and_in_context(api) == (["Lives in Porto"], ["Lives in Porto"])
+    assert_chains_sound(api)
+
+
+REPLACING_A_PROPOSAL = {
+    # how Porto, naming the pending Lisbon, comes to be approved
+    "posted by an admin": ("admin",),
+    "approved later": ("agent", "approve porto"),
+    "approved, then the proposal too": ("agent", "approve porto", "approve lisbon"),
+    "the proposal rejected first": ("agent", "reject lisbon", "approve porto"),
+    "approved, the proposal rejected, then approved": (
+        "admin",
+        "reject lisbon",
+        "approve lisbon",
+    ),
+}
+
+
+@pytest.mark.parametrize("steps", REPLACING_A_PROPOSAL.values(), ids=list(REPLACING_A_PROPOSAL))
+def test_a_memory_replacing_a_pending_proposal_replaces_what_it_proposed_to(
+    api: Api, clock: FakeClock, steps: tuple[str, ...]
+) -> None:
+    """Madrid approved; Lisbon (pending) would replace it; Porto names Lisbon. Approved, Porto
+    used to end Lisbon only, so Madrid and Porto were both current. Porto takes Lisbon's place:
+    Madrid, Lisbon, Porto is one chain, Porto current, and Lisbon, replaced, never becomes
+    current on top of it (approved or rejected later, it changes nothing)."""
+    agent_key = review_on(api)
+    madrid = add(api, "Lives in Madrid")
+    clock.advance(days=1)
+    lisbon = add(api, "Lives in Lisbon", headers=agent_key, supersedes=madrid["id"])
+    clock.advance(days=1)
+    by = admin() if steps[0] == "admin" else agent_key
+    porto = add(api, "Lives in Porto", headers=by, supersedes=lisbon["id"])
+    ids = {"porto": porto["id"], "lisbon": lisbon["id"]}
+    for step in steps[1:]:
+        action, name = step.split()
+        review(api, ids[name], action)
+        assert_chains_sound(api)
+    assert current(api) == ["Lives in Porto"]
+    assert "Lives in Lisbon" not in to_review(api)  # replaced: out of the review list
+    assert searched_and_in_context(api) == (["Lives in Porto"], ["Lives in Porto"])
+    assert get(api, porto["id"])["supersedes"] == lisbon["id"]
+    assert get(api, lisbon["id"])["superseded_by"] == porto["id"]
+    assert get(api, madrid["id"])["superseded_by"] == lisbon["id"]
+    # Madrid held until Porto, approved, began: Lisbon never held
+    assert get(api, madrid["id"])["invalid_at"] == get(api, porto["id"])["valid_from"]
+    assert_chains_sound(api)
+
+    review(api, porto["id"], "reject")  # undone: back to the nearest approved one
+    lisbon_approved = steps[-1] == "approve lisbon"
+    assert current(api) == ["Lives in Lisbon" if lisbon_approved else "Lives in Madrid"]
+    assert get(api, lisbon["id"])["supersedes"] == madrid["id"]
+    if get(api, lisbon["id"])["status"] == "pending":
+        assert to_review(api) == ["Lives in Lisbon"]  # up for review again, as it was
+    assert_chains_sound(api)
+
+
+def test_a_memory_replacing_a_proposal_after_the_chain_moved_on_replaces_its_current_one(
+    api: Api, clock: FakeClock
+) -> None:
+    """Lisbon (pending) would replace Madrid; Valencia replaced Madrid meanwhile; Porto names
+    Lisbon: as Lisbon's approval would, Porto replaces the chain's current memory."""
+    agent_key = review_on(api)
+    madrid = add(api, "Lives in Madrid")
+    lisbon = add(api, "Lives in Lisbon", headers=agent_key, supersedes=madrid["id"])
+    valencia = add(api, "Lives in Valencia", supersedes=madrid["id"])
+    porto = add(api, "Lives in Porto", supersedes=lisbon["id"])
+    assert current(api) == ["Lives in Porto"]
+    assert get(api, valencia["id"])["superseded_by"] == lisbon["id"]
+    assert get(api, lisbon["id"])["supersedes"] == valencia["id"]
+    assert get(api, porto["id"])["supersedes"] == lisbon["id"]
+    assert_chains_sound(api)
+
+
+def test_a_memory_replacing_a_line_of_proposals_replaces_what_the_first_proposed_to(
+    api: Api,
+) -> None:
+    agent_key = review_on(api)
+    madrid = add(api, "Lives in Madrid")
+    lisbon = add(api, "Lives in Lisbon", headers=agent_key, supersedes=madrid["id"])
+    porto = add(api, "Lives in Porto", headers=agent_key, supersedes=lisbon["id"])
+    faro = add(api, "Lives in Faro", supersedes=porto["id"])
+    assert current(api) == ["Lives in Faro"]
+    chain = [get(api, m["id"])["superseded_by"] for m in (madrid, lisbon, porto)]
+    assert chain == [lisbon["id"], porto["id"], faro["id"]]
+    assert_chains_sound(api)
+    for memory in (lisbon, porto):
+        review(api, memory["id"], "approve")
+        assert current(api) == ["Lives in Faro"]
+        assert_chains_sound(api)
+
+
+def test_an_identical_memory_replacing_a_pending_proposal_replaces_what_it_proposed_to(
+    api: Api,
+) -> None:
+    """Porto is stored and current; sent again naming the pending Lisbon (which would replace
+    Madrid), it takes Lisbon's place: Madrid is no longer current beside it."""
+    agent_key = review_on(api)
+    madrid = add(api, "Lives in Madrid")
+    lisbon = add(api, "Lives in Lisbon", headers=agent_key, supersedes=madrid["id"])
+    porto = add(api, "Lives in Porto")
+    again = add(api, "Lives in Porto", 200, supersedes=lisbon["id"])
+    assert again["id"] == porto["id"]
+    assert current(api) == ["Lives in Porto"]
     assert_chains_sound(api)
 
 
@@ -343,6 +455,46 @@ def test_chains_an_older_release_broke_are_repaired_at_start_up(
         assert after == history
 
 
+def test_proposals_an_older_release_left_replaced_are_linked_at_start_up(
+    tmp_path: Any, clock: FakeClock
+) -> None:
+    """As an older release left them: Porto (approved) ended the pending Lisbon only, so
+    Madrid, which Lisbon would replace, stayed current beside it; and a line of two such
+    proposals. The checker names it; a restart links each proposal as an approval now would."""
+    config = make_settings(tmp_path)
+    people = ("+15551230020", "+15551230021")
+    with _app(config, clock) as api:
+        agent_key = review_on(api)
+        lines = []
+        for phone, places in zip(people, (PLACES, (*PLACES, "Lives in Faro")), strict=True):
+            ids = [add(api, places[0], phone=phone)["id"]]
+            for n, place in enumerate(places[1:], 2):
+                clock.advance(days=1)
+                by = admin() if n == len(places) else agent_key
+                ids.append(add(api, place, headers=by, phone=phone, supersedes=ids[-1])["id"])
+            lines.append(ids)
+            for unlinked in ids[:-2]:  # the last approval ended only the proposal it named
+                execute(
+                    config,
+                    "UPDATE memories SET invalid_at = NULL, superseded_by = NULL WHERE id = ?",
+                    unlinked,
+                )
+        problems = chain_problems(api.services.store.every_memory())
+        assert len(problems) == 2 and all("never applied" in p for p in problems), problems
+    clock.advance(days=1)
+    with _app(config, clock) as api:
+        assert_chains_sound(api)
+        for phone, ids in zip(people, lines, strict=True):
+            assert current(api, phone=phone) == [get(api, ids[-1])["content"]]
+            chain = [get(api, i)["superseded_by"] for i in ids]
+            assert chain == [*ids[1:], None]
+            began = get(api, ids[-1])["valid_from"]
+            assert all(get(api, i)["invalid_at"] == began for i in ids[:-1])
+        api.index()
+        found = api.context(phone=people[0], query="where does she live", threshold=-1)
+        assert [f["content"] for f in found.json()["facts"]] == ["Lives in Porto"]
+
+
 @contextlib.contextmanager
 def _app(config: Any, clock: FakeClock) -> Iterator[Api]:
     with TestClient(
@@ -453,13 +605,31 @@ class Chains(RuleBasedStateMachine):
     @rule(
         target=memories,
         content=st.sampled_from(PLACES),
-        person=st.sampled_from([0, 0, 1]),
+        person=st.sampled_from([None, None, 0, 1]),
         old=memories,
         by_agent=st.booleans(),
     )
-    def add_replacing(self, content: str, person: int, old: str, by_agent: bool) -> str:
+    def add_replacing(self, content: str, person: int | None, old: str, by_agent: bool) -> str:
+        """`person` None: the person `old` is of now (most replacements name their own
+        person's memory; another person's is a 422 worth trying too)."""
+        if person is None:
+            found = self.api.client.get(f"{M}/{old}", headers=admin())
+            phone = found.json()["phone"] if found.status_code == 200 else self.phones[0]
+            person = self.phones.index(phone)
         body = self._post(content, person, old, by_agent).json()
         return str(body["id"]) if "id" in body else old
+
+    @rule(
+        target=memories,
+        contents=st.permutations(PLACES),
+        old=memories,
+        by_agent=st.booleans(),
+    )
+    def correct_a_proposal(self, contents: list[str], old: str, by_agent: bool) -> Any:
+        """The agent proposes a change of `old`, then a correction replaces that proposal
+        (by the agent, or an admin whose memory is approved at once)."""
+        first = self.add_replacing(contents[0], None, old, True)
+        return multiple(first, self.add_replacing(contents[1], None, first, by_agent))
 
     @rule(memory=memories, action=st.sampled_from(["approve", "reject"]))
     def review(self, memory: str, action: str) -> None:
