@@ -12,8 +12,10 @@ in the same run (a ratio); and every answer that was not a success, by replica.
 the clients spread their requests over them round-robin, request by request.
 
 With --soak-memories SECONDS the clients instead add memories for that long (every fourth
-one is read back and searched for), and every --sample-s seconds the server's RSS and the
-LanceDB manifests on disk are sampled: does memory level off under steady memory writes?
+one is read back and searched for), and every --sample-s seconds the server's RSS, the memory
+it allocated (its anonymous resident memory: RSS without the pages of the libraries it runs,
+which grow the first time a code path runs) and the LanceDB manifests on disk are sampled: does
+memory level off under steady memory writes?
 
 With --soak-bursts SECONDS the clients instead send bursts of --burst-requests requests
 (--burst-clients at a time: contexts, message lists, turns, /health, memory searches), each
@@ -692,6 +694,15 @@ def sample_texts(count: int, seed: int) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 30))) for _ in range(count)]
 
 
+def allocated_mib(pid: int) -> float | None:
+    """The process's anonymous resident memory, MiB (Linux; None elsewhere)."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Anonymous:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return None
+
+
 class Soak:
     """Memory writes for a fixed time; a thread samples the server's RSS and the manifests."""
 
@@ -735,13 +746,15 @@ class Soak:
             "writes": self.writes,
             "writes_per_s": round((self.writes - last["writes"]) / span, 1) if span else 0.0,
             "rss_mib": round(psutil.Process(self.pid).memory_info().rss / 2**20, 1),
+            "allocated_mib": allocated_mib(self.pid),
             "manifests": self.manifests(),
             "open_files": psutil.Process(self.pid).num_fds(),
         }
         self.samples.append(sample)
         tqdm.write(
             f"{sample['s']:7.0f} s  {sample['writes']:7d} writes  {sample['writes_per_s']:6.1f}/s"
-            f"  RSS {sample['rss_mib']:7.1f} MiB  {sample['manifests']:5d} manifests"
+            f"  RSS {sample['rss_mib']:7.1f} MiB  allocated {sample['allocated_mib']} MiB"
+            f"  {sample['manifests']:5d} manifests"
             f"  {sample['open_files']:5d} open files",
             file=sys.stderr,
         )
@@ -753,12 +766,18 @@ class Soak:
         at = min(self.samples, key=lambda r: abs(r["s"] - end["s"] * 2 / 3))
         early = end["rss_mib"] - at["rss_mib"]
         rate = early / (end["s"] - at["s"]) * 60 if end["s"] > at["s"] else 0.0
+        allocated = (
+            round(end["allocated_mib"] - at["allocated_mib"], 1)
+            if end.get("allocated_mib") is not None and at.get("allocated_mib") is not None
+            else None
+        )
         return {
             "rss_start_mib": self.samples[0]["rss_mib"],
             "rss_peak_mib": max(r["rss_mib"] for r in self.samples),
             "rss_end_mib": end["rss_mib"],
             "last_third_growth_mib": round(early, 1),
             "last_third_mib_per_min": round(rate, 2),
+            "allocated_last_third_growth_mib": allocated,
             "levelled": early <= max(25.0, 0.05 * at["rss_mib"]),
         }
 
@@ -793,13 +812,13 @@ async def soak_memories(
 
 def render_soak(samples: list[dict[str, Any]]) -> str:
     lines = [
-        "| time s | writes | writes/s | RSS MiB | manifests | open files |",
-        "|" + " --- |" * 6,
+        "| time s | writes | writes/s | RSS MiB | allocated MiB | manifests | open files |",
+        "|" + " --- |" * 7,
     ]
     for r in samples:
         lines.append(
             f"| {r['s']:.0f} | {r['writes']} | {r['writes_per_s']} | {r['rss_mib']} |"
-            f" {r['manifests']} | {r.get('open_files', '')} |"
+            f" {r.get('allocated_mib', '')} | {r['manifests']} | {r.get('open_files', '')} |"
         )
     return "\n".join(lines)
 
@@ -841,7 +860,8 @@ def run_soak(args: argparse.Namespace, argv: list[str] | None) -> int:
         f" ({args.model}, {cluster.engine}); RSS {verdict['rss_start_mib']:.0f} MiB at the"
         f" start, peak {verdict['rss_peak_mib']:.0f}, end {verdict['rss_end_mib']:.0f}; last"
         f" third {verdict['last_third_growth_mib']:+.0f} MiB"
-        f" ({verdict['last_third_mib_per_min']:+.1f} MiB/min):"
+        f" ({verdict['last_third_mib_per_min']:+.1f} MiB/min; allocated"
+        f" {verdict['allocated_last_third_growth_mib']} MiB):"
         f" {'levelled' if verdict['levelled'] else 'still growing'}." + render_broke(broke)
     )
     write_out(args.out, "bench_load.soak", result, table)

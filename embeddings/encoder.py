@@ -133,11 +133,16 @@ class SentenceEncoder:
 
 
 class CachedEncoder:
-    """Remembers the vectors of recent texts, so a query already embedded costs nothing."""
+    """Remembers the vectors of recent texts, so a query already embedded costs nothing: at
+    most `size` texts of `max_chars` characters in all, least recently used first out."""
 
-    def __init__(self, inner: Encoder, size: int = 2048) -> None:
+    def __init__(self, inner: Encoder, size: int = 2048, max_chars: int = 1_000_000) -> None:
         self._inner = inner
         self._size = size
+        # A context's query is the person's last turn, up to 32,000 characters: 2,048 of those
+        # would hold 65 million characters (up to 260 MB), where queries average a few dozen.
+        self._max_chars = max_chars
+        self._chars = 0
         self._cache: OrderedDict[tuple[bool, str], Vectors] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -170,12 +175,29 @@ class CachedEncoder:
             with self._lock:
                 for i, vector in zip(missing, fresh, strict=True):
                     found[i] = vector
-                    self._cache[(query, texts[i])] = vector
-                while len(self._cache) > self._size:
-                    self._cache.popitem(last=False)
+                    self._keep((query, texts[i]), vector)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         return np.stack([found[i] for i in range(len(texts))]).astype(np.float32)
+
+    def _keep(self, key: tuple[bool, str], vector: Vectors) -> None:
+        """Under the lock: cache a vector, then drop the oldest past either bound."""
+        if len(key[1]) > self._max_chars:
+            return
+        if key in self._cache:
+            self._cache.move_to_end(key)
+        else:
+            self._chars += len(key[1])
+        self._cache[key] = vector
+        while len(self._cache) > self._size or self._chars > self._max_chars:
+            (_, text), _ = self._cache.popitem(last=False)
+            self._chars -= len(text)
+
+    @property
+    def held(self) -> tuple[int, int]:
+        """The texts cached now, and their characters."""
+        with self._lock:
+            return len(self._cache), self._chars
 
     def encode_bulk(self, texts: Sequence[str]) -> Vectors:
         """Background work: past the cache (bulk texts are not queries, and a batch embedded
@@ -188,12 +210,14 @@ class CachedEncoder:
         """Drop texts from the cache (a forgotten person's words must not linger in memory)."""
         with self._lock:
             for text in texts:
-                self._cache.pop((False, text), None)
-                self._cache.pop((True, text), None)
+                for key in ((False, text), (True, text)):
+                    if self._cache.pop(key, None) is not None:
+                        self._chars -= len(text)
 
     def clear(self) -> None:
         with self._lock:
             self._cache.clear()
+            self._chars = 0
 
 
 def model_slug(name: str) -> str:

@@ -167,6 +167,7 @@ def _serve(rt: Runtime, _: argparse.Namespace) -> int:
 
     _raise_open_files_limit()
     native.limit_arenas()  # before the model and LanceDB start their threads
+    native.arrow_on_malloc()  # before pyarrow is imported (server/native.py says why)
     failed = []
 
     def build(progress: Callable[[str], None]) -> FastAPI:

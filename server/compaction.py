@@ -38,6 +38,10 @@ BACKOFF_S = (30.0, 60.0, 120.0, 300.0, 900.0)
 
 # A claim outlives any model call with its retries; a crashed replica's runs out after it.
 CLAIM_S = 600.0
+# People queued for a background compaction or backing off after a failed one, at most: while
+# the model is down every active person would wait here, one entry each, for as long as it
+# stays down. Past it a request is dropped; the person's next turn asks again.
+MAX_WAITING_PEOPLE = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +117,8 @@ class Compaction:
         with self._guard:
             failed = self._failures.get(key)
             if key in self._queued or (failed and failed[1] > time.monotonic()):
+                return
+            if failed is None and len(self._queued) + len(self._failures) >= MAX_WAITING_PEOPLE:
                 return
             self._queued.add(key)
         self._queue.put(key)
@@ -387,6 +393,12 @@ class Compaction:
         if self._thread is not None:
             self._queue.put(None)
             self._thread.join(timeout=60)
+
+    @property
+    def waiting(self) -> int:
+        """People queued or backing off now (at most MAX_WAITING_PEOPLE)."""
+        with self._guard:
+            return len(self._queued | self._failures.keys())
 
     def idle(self) -> bool:
         """True when nothing is queued or running (tests wait for it)."""

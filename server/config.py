@@ -187,6 +187,14 @@ class Settings(BaseSettings):
         description="Keyword text of a turn: with this many neighbours each side (0: the turn"
         " alone). The vector is always the turn's own words.",
     )
+    turns_cache_mb: int = Field(
+        100,
+        ge=0,
+        le=1_000_000,
+        description="Memory for people's archived turns kept between requests with their"
+        " keyword statistics (excerpts), estimated at 1.2 KB a turn and 60 bytes a character;"
+        " least recently used first out; 0: none kept (each context reads them again).",
+    )
     embedding_batch_size: int = Field(64, ge=1, description="Texts per embedding batch.")
     indexer_batch_size: int = Field(512, ge=1, description="Outbox rows the indexer takes at once.")
     indexer_interval_s: float = Field(

@@ -153,7 +153,7 @@ class MemoryService:
         self._clock = clock
         self._people = KeyedLocks()
         self._searches = ThreadPoolExecutor(max_workers=8, thread_name_prefix="search")
-        self._turns = TurnsCache()
+        self._turns = TurnsCache(settings.turns_cache_mb * 2**20)
         self._moves = PersonMoves(store, indexer, self._people, self._turns, self._hooks)
 
     # -- per-agent settings ------------------------------------------------------------------

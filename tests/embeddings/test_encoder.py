@@ -51,3 +51,20 @@ def test_bulk_falls_back_to_encode_when_the_inner_encoder_has_one_path() -> None
     inner = HashEncoder("hash:16", 16)
     vectors = CachedEncoder(inner).encode_bulk(["a", "b"])
     assert vectors.shape == (2, 16) and inner.calls == [2]
+
+
+def test_the_cache_holds_at_most_its_characters_whatever_the_queries_length() -> None:
+    """It held 2,048 queries whatever their length, and a context's query is the person's
+    last turn (up to 32,000 characters): up to 65 million characters, 260 MB."""
+    inner = Recording()
+    cached = CachedEncoder(inner, size=2048, max_chars=100_000)
+    for n in range(40):
+        cached.encode_query([f"{n:05d} " + "x" * 9_994])  # 10,000 characters each
+    assert cached.held == (10, 100_000), "the oldest dropped past the characters, not the count"
+    cached.encode_query(["00039 " + "x" * 9_994])
+    assert inner.paths.count("query") == 40, "the newest are still cached"
+    cached.encode_query(["y" * 100_001])
+    cached.encode_query(["y" * 100_001])
+    assert inner.paths.count("query") == 42, "a text longer than the cap is never kept"
+    cached.forget(["00039 " + "x" * 9_994])
+    assert cached.held == (9, 90_000)
