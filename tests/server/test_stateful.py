@@ -14,7 +14,8 @@ restarts, with the whole stored state checked after every step:
 - no move or forget is left journaled.
 
 CI runs a bounded number of steps on each engine (at least 200); `scripts/drills stateful`
-runs it longer (MEMORY_DRILL_EXAMPLES, MEMORY_DRILL_STEPS)."""
+runs it longer (MEMORY_DRILL_EXAMPLES, MEMORY_DRILL_STEPS). CI: 8 sequences of 25 steps, 200 steps
+per engine (each sequence is checked 26 times: before its first step and after each)."""
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ PHONES = ("+34600990001", "+34600990002", "+34600990003", "+15550001234")
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 TOKEN = re.compile(r"\bzq[a-z]+x\b")  # the unique word of every turn and memory
 MOVE_STEPS = ["move.committed", "move.rewritten", "move.left"]
-EXAMPLES = int(os.environ.get("MEMORY_DRILL_EXAMPLES", "10"))
+EXAMPLES = int(os.environ.get("MEMORY_DRILL_EXAMPLES", "8"))
 STEPS = int(os.environ.get("MEMORY_DRILL_STEPS", "25"))
 
 
