@@ -95,3 +95,30 @@ class Server:
         while self.lag():
             assert time.monotonic() < deadline, "the index did not catch up"
             time.sleep(0.1)
+
+
+def run_until_killed(server: Server, script: str, *args: str) -> None:
+    """Run a Python script in a process of its own on the server's data folder and database
+    (the server stopped), and check that it killed itself with SIGKILL (a hook of its own
+    does, at the point a crash test names)."""
+    env = {
+        **os.environ,
+        "MEMORY_DATA_DIR": str(server.data_dir),
+        "MEMORY_EMBEDDING_MODEL": "hash:64",
+        "MEMORY_LOG_LEVEL": "warning",
+        "HF_HUB_OFFLINE": "1",
+        **server.database_env(),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == -signal.SIGKILL, (
+        done.returncode,
+        done.stdout,
+        done.stderr[-2000:],
+    )

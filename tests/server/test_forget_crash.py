@@ -6,9 +6,6 @@ indexed."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -16,7 +13,7 @@ import pytest
 
 from tests.backends import query
 from tests.conftest import ADMIN_KEY, make_settings
-from tests.live import ROOT, Server
+from tests.live import Server, run_until_killed
 from tests.server.test_forget import assert_no_canary_in_lance, data_files
 
 pytestmark = pytest.mark.slow
@@ -57,23 +54,7 @@ def fill(server: Server) -> None:
 
 
 def kill_a_forget_at(point: str, server: Server) -> None:
-    env = {
-        **os.environ,
-        "MEMORY_DATA_DIR": str(server.data_dir),
-        "MEMORY_EMBEDDING_MODEL": "hash:64",
-        "MEMORY_LOG_LEVEL": "warning",
-        "HF_HUB_OFFLINE": "1",
-        **server.database_env(),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, point, AGENT, PHONE],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == -9, (done.returncode, done.stdout, done.stderr[-2000:])
+    run_until_killed(server, CHILD, point, AGENT, PHONE)
 
 
 @pytest.mark.parametrize(

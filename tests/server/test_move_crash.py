@@ -5,9 +5,6 @@ new one."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -16,7 +13,7 @@ import pytest
 from embeddings.index import VectorIndex
 from tests.backends import query
 from tests.conftest import ADMIN_KEY, make_settings
-from tests.live import ROOT, Server
+from tests.live import Server, run_until_killed
 from tests.server.test_erasure import lance_texts
 
 pytestmark = pytest.mark.slow
@@ -54,23 +51,7 @@ def fill(server: Server, phone: str) -> None:
 
 
 def kill_a_move_at(point: str, server: Server, old: str, new: str) -> None:
-    env = {
-        **os.environ,
-        "MEMORY_DATA_DIR": str(server.data_dir),
-        "MEMORY_EMBEDDING_MODEL": "hash:64",
-        "MEMORY_LOG_LEVEL": "warning",
-        "HF_HUB_OFFLINE": "1",
-        **server.database_env(),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, point, AGENT, old, new],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == -9, (done.returncode, done.stdout, done.stderr[-2000:])
+    run_until_killed(server, CHILD, point, AGENT, old, new)
 
 
 def test_a_move_killed_at_any_step_is_finished_at_the_next_start(tmp_path: Path) -> None:
