@@ -1,29 +1,33 @@
-"""Redaction measured on a generated corpus of support turns (Spanish and English): how many
-planted secrets are caught per kind, how many ordinary turns (order numbers, dates, prices,
-tracking codes, phone numbers, postcodes) are altered, what a turn costs in microseconds, and
-what redaction adds to the p50 of storing a turn over HTTP.
+"""Redaction measured by class (issue 40): secrets caught and ordinary messages altered, per
+class and per part (dev, held-out test), in Spanish (Spain and Latin America), English,
+Portuguese (Brazil) and mixed, as WhatsApp users type them; and what it costs: per message of the
+corpus, per 4,000-character turn, per 32,000-character adversarial field, and (if asked) on the
+p50 of storing a turn over HTTP.
 
-The corpus is generated (seeded) from templates. Each kind's wordings are split in two: the
-dev part's wordings are the ones the rules were written against; the test part's wordings
-were held out and are the ones reported. A secret counts as caught when no form of its raw
-value (as written, or its digits and letters alone) is left in the redacted text.
+The corpus (benchmarks/redaction_corpus.py) is generated and seeded. Each class's wordings are
+split in two parts written together before issue 40's rule changes: dev
+(benchmarks/redaction_dev.py), which the rules may be tuned on, and test
+(benchmarks/redaction_heldout.py), which they are not: `--misses dev` prints the dev part's
+misses and alterations, never the test part's. A secret is caught when no form of it is left
+(redaction_corpus.caught); an ordinary message is altered when its text changes at all.
 
 Run with:
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_redaction.py --out benchmarks/results
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_redaction.py --store-rounds 0 --misses dev
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
-import string
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,418 +35,175 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from stdnum import iban as iban_module  # noqa: E402
-from stdnum import luhn  # noqa: E402
-from stdnum.ar import cuit  # noqa: E402
-from stdnum.br import cpf  # noqa: E402
-from stdnum.es import dni, nie  # noqa: E402
-from stdnum.mx import curp, rfc  # noqa: E402
-
+import server.redaction as redaction_module  # noqa: E402
+from benchmarks import redaction_corpus as corpus  # noqa: E402
+from benchmarks.redaction_corpus import Turn  # noqa: E402
 from server.redaction import DEFAULT_KINDS, KINDS, redact  # noqa: E402
 
-CHECKSUMMED = ("card", "iban", "national_id")  # the issue asks >= 99 % of these
-WORDED = ("code", "cvv", "password")  # and >= 95 % of these
+Redact = Callable[[str, frozenset[str]], str]
 
-# -- secrets -----------------------------------------------------------------------------------
-
-
-def card(rng: random.Random) -> tuple[str, str]:
-    """(written, compact): a Luhn-valid number of a real issuer's prefix and length."""
-    prefix, length = rng.choice(
-        [
-            ("4", 16),
-            ("4", 16),
-            ("51", 16),
-            ("55", 16),
-            ("2221", 16),
-            ("37", 15),
-            ("6011", 16),
-            ("4", 19),
-            (str(rng.randint(3528, 3589)), 16),
-            ("36", 14),
-            ("62", 16),
-        ]
-    )
-    body = prefix + "".join(rng.choice(string.digits) for _ in range(length - len(prefix) - 1))
-    number = body + luhn.calc_check_digit(body)
-    style = rng.choice(["spaces", "plain", "dashes"])
-    if style == "plain":
-        return number, number
-    sep = " " if style == "spaces" else "-"
-    groups = [number[i : i + 4] for i in range(0, len(number), 4)]
-    if length == 15:
-        groups = [number[:4], number[4:10], number[10:]]
-    return sep.join(groups), number
+# -- quality --------------------------------------------------------------------------------------
 
 
-def iban(rng: random.Random) -> tuple[str, str]:
-    country, bban_len = rng.choice([("ES", 20), ("DE", 18), ("FR", 23), ("IT", 23), ("PT", 21)])
-    if country == "IT":
-        bban = rng.choice(string.ascii_uppercase) + "".join(
-            rng.choice(string.digits) for _ in range(bban_len - 1)
-        )
-    else:
-        bban = "".join(rng.choice(string.digits) for _ in range(bban_len))
-    check = iban_module.calc_check_digits(country + "00" + bban)
-    number = country + check + bban
-    if not iban_module.is_valid(number):  # a national check (Spain's, France's) failed: again
-        return iban(rng)
-    if rng.random() < 0.6:
-        return " ".join(number[i : i + 4] for i in range(0, len(number), 4)), number
-    return number, number
+def _percent(part: int, whole: int) -> float:
+    return round(100 * part / max(whole, 1), 2)
 
 
-def national_id(rng: random.Random) -> tuple[str, str, str]:
-    """(written, compact, which)."""
-    which = rng.choice(["DNI", "NIE", "CURP", "RFC", "CUIT", "CPF"])
-    digits = lambda n: "".join(rng.choice(string.digits) for _ in range(n))  # noqa: E731
-    letters = lambda n: "".join(rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(n))  # noqa: E731
-    if which == "DNI":
-        body = digits(8)
-        number = body + dni.calc_check_digit(body)
-        written = number if rng.random() < 0.7 else f"{body}-{number[-1]}"
-    elif which == "NIE":
-        body = rng.choice("XYZ") + digits(7)
-        number = body + nie.calc_check_digit(body)
-        written = number
-    elif which == "CURP":
-        date = f"{rng.randint(50, 99):02d}{rng.randint(1, 12):02d}{rng.randint(1, 28):02d}"
-        body = letters(4) + date + rng.choice("HM") + rng.choice(["DF", "JC", "NL", "MC"])
-        body += letters(3) + rng.choice(string.ascii_uppercase)
-        number = body + curp.calc_check_digit(body)
-        if not curp.is_valid(number):
-            return national_id(rng)
-        written = number
-    elif which == "RFC":
-        date = f"{rng.randint(50, 99):02d}{rng.randint(1, 12):02d}{rng.randint(1, 28):02d}"
-        # the homoclave's alphabet: [1-9A-V][1-9A-Z], then the check digit
-        body = letters(4) + date + rng.choice("123456789ABCDEFGHIJKLMNOPQRSTUV")
-        body += rng.choice("123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ")
-        number = body + rfc.calc_check_digit(body)
-        if not rfc.is_valid(number, validate_check_digits=True):
-            return national_id(rng)
-        written = number
-    elif which == "CUIT":
-        body = rng.choice(["20", "23", "27", "30"]) + digits(8)
-        number = body + cuit.calc_check_digit(body)
-        if not cuit.is_valid(number):
-            return national_id(rng)
-        written = f"{number[:2]}-{number[2:10]}-{number[10]}"
-    else:
-        while True:
-            body = digits(9)
-            number = next(
-                (body + f"{i:02d}" for i in range(100) if cpf.is_valid(body + f"{i:02d}")), ""
+def _timed(redact_fn: Redact, text: str, kinds: frozenset[str]) -> tuple[str, float, float]:
+    """The redacted text, then the call's CPU time (this thread's: what the code costs, steady
+    on a loaded machine) and its wall-clock time, in microseconds."""
+    wall, cpu = time.perf_counter(), time.thread_time()
+    out = redact_fn(text, kinds)
+    return out, (time.thread_time() - cpu) * 1e6, (time.perf_counter() - wall) * 1e6
+
+
+def measure(turns: Sequence[Turn], redact_fn: Redact, kinds: frozenset[str]) -> dict[str, Any]:
+    """Per class and part: secrets caught or ordinary messages altered; the cost of each
+    message; the dev part's misses and alterations (the test part's are never kept)."""
+    for turn in turns[:200]:  # warm up
+        redact_fn(turn.text, kinds)
+    counts: dict[str, dict[str, list[int]]] = {}  # class -> part -> [hits, all]
+    cpu: list[float] = []
+    wall: list[float] = []
+    dev_misses: list[dict[str, str]] = []
+    for turn in turns:
+        out, cpu_us, wall_us = _timed(redact_fn, turn.text, kinds)
+        cpu.append(cpu_us)
+        wall.append(wall_us)
+        hit = corpus.caught(turn, out) if turn.is_secret else out != turn.text
+        row = counts.setdefault(turn.klass, {p: [0, 0] for p in corpus.PARTS})[turn.part]
+        row[0] += hit
+        row[1] += 1
+        if turn.part == "dev" and hit != turn.is_secret:
+            dev_misses.append(
+                {"class": turn.klass, "secret": turn.secret, "text": turn.text, "redacted": out}
             )
-            if number:
-                break
-        written = f"{number[:3]}.{number[3:6]}.{number[6:9]}-{number[9:]}"
-    return written, number, which
-
-
-def code(rng: random.Random) -> str:
-    n = rng.choice([4, 6, 6, 6, 8])
-    value = "".join(rng.choice(string.digits) for _ in range(n))
-    if n == 6 and rng.random() < 0.25:
-        return f"{value[:3]}-{value[3:]}"
-    return value
-
-
-def password(rng: random.Random) -> str:
-    words = ["Perro", "Sol", "Luna", "Tango", "River", "Madrid", "Coco", "Blue", "Tiger"]
-    return rng.choice(words) + str(rng.randint(10, 9999)) + rng.choice(["!", "#", "", "*", "$"])
-
-
-# Wordings per kind; {s} is the secret. Even-indexed ones are the dev part, odd ones the test.
-WORDINGS: dict[str, list[str]] = {
-    "card": [
-        "Te paso la tarjeta: {s}",
-        "my card number is {s}",
-        "La tarjeta es la {s}, a nombre de mi marido",
-        "Use this card please {s} thanks",
-        "tarjeta {s}",
-        "pueden cobrar en la {s}?",
-        "Card: {s}",
-        "el número de la tarjeta de crédito es {s} y vence pronto",
-        "{s} es mi visa",
-        "charge it to {s}, it's the business one",
-    ],
-    "cvv": [
-        "el cvv es {s}",
-        "CVC {s}",
-        "security code: {s}",
-        "código de seguridad {s}",
-        "cvv2 {s}",
-        "and the CVV is {s}",
-        "el CVV: {s}",
-        "Security code is {s} on the back",
-    ],
-    "code": [
-        "Tu código de verificación es {s}",
-        "el código que me llegó es {s}",
-        "My OTP is {s}",
-        "me pide un PIN, es {s}",
-        "Código: {s}",
-        "the verification code they sent: {s}",
-        "{s} es tu código de WhatsApp",
-        "here's the code {s}",
-        "el pin de la tarjeta es {s}",
-        "clave de acceso {s}",
-        "Your verification code is {s}. Don't share it.",
-        "te paso el código {s} que me mandaron por SMS",
-        "OTP {s}",
-        "passcode: {s}",
-    ],
-    "iban": [
-        "IBAN para el reembolso: {s}",
-        "my IBAN is {s}",
-        "Hacedme la transferencia a {s}",
-        "refund to account {s} please",
-        "cuenta {s}",
-        "IBAN: {s} (titular: Ana)",
-    ],
-    "national_id": [
-        "Mi DNI es {s}",
-        "my ID number is {s}",
-        "documento {s}",
-        "the document number: {s}",
-        "Te paso mi identificación: {s}",
-        "ID {s} for the booking",
-        "{s} es mi documento",
-        "número de documento {s}, a nombre de Juan",
-    ],
-    "password": [
-        "mi contraseña es {s}",
-        "my password is {s}",
-        "la clave es {s}",
-        "password: {s}",
-        "Contraseña: {s}",
-        "the new password is {s} if you need to log in",
-        "mi contraseña nueva es {s}",
-        "pwd = {s}",
-    ],
-}
-
-# Wordings written after the rules were frozen and never used to change them (part "unseen"):
-# how the rules do on ways of writing a secret nobody looked at.
-UNSEEN: dict[str, list[str]] = {
-    "card": [
-        "número de tarjeta {s} (visa)",
-        "ahí va: {s}",
-        "paga con esta, {s}",
-        "the number on the front is {s}",
-    ],
-    "cvv": ["los 3 de atrás son {s}", "cvv/cvc {s}", "the 3 digits on the back: {s}"],
-    "code": [
-        "el número que me llegó por SMS: {s}",
-        "my 2FA code is {s}",
-        "token {s}",
-        "me llegó esto: {s} es su clave temporal",
-        "Código de acceso: {s}",
-        "el código de confirmación es el {s}",
-    ],
-    "iban": ["la cuenta para devolver el dinero {s}", "IBAN {s} (banco Santander)"],
-    "national_id": ["DNI/NIE {s}", "identificación oficial {s}", "soy {s}"],
-    "password": [
-        "la contraseña del wifi es {s}",
-        "usuario ana, pass {s}",
-        "te dejo la clave: {s}",
-        "password for the portal = {s}",
-    ],
-}
-
-# Ordinary support turns: numbers that are not secrets.
-ORDINARY: list[str] = [
-    "Hola, quería saber el estado de mi pedido {order}",
-    "Hi, where is my order #{order}? It was due on {date}",
-    "El número de seguimiento es {tracking}",
-    "Tracking number {tracking}, it says delivered but nothing arrived",
-    "Me cobraron {price} € dos veces el {date}",
-    "I was charged ${price} twice",
-    "Llámame al {phone} por la tarde",
-    "You can reach me at {phone}",
-    "La reserva es para el {date} a las {time}, somos {n} personas",
-    "Booking for {n} people on {date} at {time}",
-    "Vivo en el código postal {postcode}",
-    "My zip code is {zip}",
-    "El código de pedido es {order}",
-    "order code {order}",
-    "Quiero cambiar la talla, compré la {n}",
-    "Factura {invoice} del {date}, importe {price} €",
-    "Invoice {invoice}, amount ${price}",
-    "El código de descuento {promo} no funciona",
-    "Ref. {order}, incidencia abierta el {date}",
-    "Mi número de socio es {member}",
-    "The product code is {ean}",
-    "Código de barras {ean}",
-    "Vuelo IB{flight} el {date}, asiento {seat}",
-    "Room {room}, check-in on {date}",
-    "Son {n} unidades a {price} € cada una",
-    "Han pasado {n} días y nada",
-    "El modelo es el {model}, número de serie {serial}",
-    "Te llamo entre las {time} y las {time2}",
-    "Pagué con tarjeta acabada en {last4}",
-    "The card ending in {last4} was declined",
-    "Mi pedido {order} y el {order2} llegaron juntos",
-    "¿Me podéis dar el código de la reserva? Es la {order}",
-    "ya cambié mi contraseña ayer, gracias",
-    "no me llega el código de verificación",
-    "Expediente {order}/{year}",
-    "Año {year}, kilómetros {km}",
-    "Gracias! Todo bien",
-    "ok, perfecto",
-]
-
-
-def ordinary_values(rng: random.Random) -> dict[str, str]:
-    d = lambda n: "".join(rng.choice(string.digits) for _ in range(n))  # noqa: E731
-    ean13 = d(12)
-    # EAN-13's check digit (weights 1 and 3)
-    total = sum(int(c) * (3 if i % 2 else 1) for i, c in enumerate(ean13))
-    ean13 += str((10 - total % 10) % 10)
+    secrets = {k: _rows(counts[k], "caught") for k in corpus.SECRET_CLASSES if k in counts}
+    ordinary = {k: _rows(counts[k], "altered") for k in corpus.ORDINARY_CLASSES if k in counts}
     return {
-        "order": rng.choice([d(rng.randint(5, 10)), "A-" + d(6), "PED" + d(8)]),
-        "order2": d(rng.randint(5, 9)),
-        "date": f"{rng.randint(1, 28):02d}/{rng.randint(1, 12):02d}/20{rng.randint(24, 27)}",
-        "time": f"{rng.randint(8, 21)}:{rng.choice(['00', '15', '30', '45'])}",
-        "time2": f"{rng.randint(8, 21)}:{rng.choice(['00', '30'])}",
-        "tracking": rng.choice(
-            ["1Z" + d(3) + "AA" + d(10), "LX" + d(9) + "ES", d(12), d(14), d(20), "JD" + d(18)]
-        ),
-        "price": rng.choice(
-            [
-                f"{rng.randint(5, 2500)}",
-                f"{rng.randint(5, 900)},{d(2)}",
-                f"{rng.randint(5, 900)}.{d(2)}",
-            ]
-        ),
-        "phone": rng.choice(
-            [
-                f"+34 6{d(2)} {d(3)} {d(3)}",
-                f"+52 1 55 {d(4)} {d(4)}",
-                f"+1 (555) {d(3)}-{d(4)}",
-                f"6{d(8)}",
-                f"+54 9 11 {d(4)}-{d(4)}",
-                f"+55 11 9{d(4)}-{d(4)}",
-            ]
-        ),
-        "n": str(rng.randint(1, 12)),
-        "postcode": d(5),
-        "zip": d(5),
-        "invoice": rng.choice(["F" + d(7), d(8), "2026/" + d(5)]),
-        "promo": rng.choice(["VERANO20", "SAVE" + d(2), "BIENVENIDA"]),
-        "member": d(rng.randint(6, 10)),
-        "ean": ean13,
-        "flight": d(4),
-        "seat": f"{rng.randint(1, 40)}{rng.choice('ABCDEF')}",
-        "room": d(3),
-        "model": "X" + d(3),
-        "serial": "SN" + d(10),
-        "last4": d(4),
-        "year": str(rng.randint(2015, 2026)),
-        "km": d(5),
+        "secrets": secrets,
+        "ordinary": ordinary,
+        "totals": {p: _totals(secrets, ordinary, p) for p in corpus.PARTS},
+        "cost_us": {**_spread(cpu), "wall": _spread(wall)},
+        "dev_misses": dev_misses,
     }
 
 
-@dataclass(frozen=True, slots=True)
-class Turn:
-    text: str
-    kind: str | None  # the planted secret's kind; None for an ordinary turn
-    raw: tuple[str, ...]  # the forms of the secret that must not survive
-    part: str  # dev or test
-    detail: str = ""  # a national id's name
+def _rows(parts: dict[str, list[int]], what: str) -> dict[str, dict[str, Any]]:
+    return {p: {what: h, "n": n, "percent": _percent(h, n)} for p, (h, n) in parts.items()}
 
 
-def corpus(seed: int, ordinary: int, secrets_per_kind: int) -> list[Turn]:
-    rng = random.Random(seed)
-    turns: list[Turn] = []
-    for _ in range(ordinary):
-        template = rng.choice(ORDINARY)
-        text = template.format(**ordinary_values(rng))
-        turns.append(Turn(text, None, (), "dev" if rng.random() < 0.5 else "test"))
-    for kind, wordings in WORDINGS.items():
-        unseen = UNSEEN[kind]
-        for i in range(secrets_per_kind):
-            index = rng.randrange(len(wordings) + len(unseen))
-            part = "unseen" if index >= len(wordings) else "dev" if index % 2 == 0 else "test"
-            wording = unseen[index - len(wordings)] if part == "unseen" else wordings[index]
-            detail = ""
-            if kind == "card":
-                written, compact = card(rng)
-                raw: tuple[str, ...] = (written, compact)
-            elif kind == "cvv":
-                written = "".join(rng.choice(string.digits) for _ in range(rng.choice([3, 3, 4])))
-                raw = (written,)
-            elif kind == "iban":
-                written, compact = iban(rng)
-                raw = (written, compact)
-            elif kind == "national_id":
-                written, compact, detail = national_id(rng)
-                raw = (written, compact)
-            elif kind == "code":
-                written = code(rng)
-                raw = (written, written.replace("-", ""))
-            else:
-                written = password(rng)
-                raw = (written,)
-            text = wording.format(s=written)
-            # Half the secrets sit inside a longer, ordinary turn.
-            if i % 2:
-                text = rng.choice(ORDINARY).format(**ordinary_values(rng)) + ". " + text
-            turns.append(Turn(text, kind, raw, part, detail))
-    rng.shuffle(turns)
-    return turns
-
-
-# -- measuring ----------------------------------------------------------------------------------
-
-
-def caught(turn: Turn, redacted: str) -> bool:
-    if turn.kind == "cvv":  # three digits may well be elsewhere in the turn: the CVV's own place
-        return turn.text.replace(turn.raw[0], "", 1) != redacted.replace("[CVV]", "", 1) or (
-            "[CVV]" in redacted
-        )
-    return all(r not in redacted for r in turn.raw)
-
-
-def measure(turns: Sequence[Turn], kinds: frozenset[str]) -> dict[str, Any]:
-    rows: dict[str, dict[str, Any]] = {}
-    costs: list[float] = []
-    altered_examples: list[dict[str, str]] = []
-    missed_examples: list[dict[str, str]] = []
-    ordinary = {"dev": [0, 0], "test": [0, 0]}  # [altered, all]
-    for turn in turns:
-        started = time.perf_counter()
-        out = redact(turn.text, kinds)
-        costs.append((time.perf_counter() - started) * 1e6)
-        if turn.kind is None:
-            ordinary[turn.part][1] += 1
-            if out != turn.text:
-                ordinary[turn.part][0] += 1
-                altered_examples.append({"text": turn.text, "redacted": out})
-            continue
-        row = rows.setdefault(f"{turn.kind}/{turn.part}", {"n": 0, "caught": 0})
-        row["n"] += 1
-        if caught(turn, out):
-            row["caught"] += 1
-        elif len(missed_examples) < 40:
-            missed_examples.append({"kind": turn.kind, "text": turn.text, "redacted": out})
+def _totals(secrets: dict[str, Any], ordinary: dict[str, Any], part: str) -> dict[str, Any]:
+    caught = sum(r[part]["caught"] for r in secrets.values())
+    planted = sum(r[part]["n"] for r in secrets.values())
+    altered = sum(r[part]["altered"] for r in ordinary.values())
+    messages = sum(r[part]["n"] for r in ordinary.values())
     return {
-        "recall": {
-            k: {**v, "percent": round(100 * v["caught"] / v["n"], 2)}
-            for k, v in sorted(rows.items())
+        "secrets": planted,
+        "caught": caught,
+        "caught_percent": _percent(caught, planted),
+        "ordinary": messages,
+        "altered": altered,
+        "altered_percent": _percent(altered, messages),
+    }
+
+
+def _spread(costs: Sequence[float]) -> dict[str, float]:
+    ordered = sorted(costs)
+    return {
+        "n": len(ordered),
+        "p50": round(statistics.median(ordered), 1),
+        "p99": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 1),
+        "max": round(ordered[-1], 1),
+        "mean": round(statistics.fmean(ordered), 1),
+    }
+
+
+# -- cost -----------------------------------------------------------------------------------------
+
+
+def long_turns(turns: Sequence[Turn], count: int, chars: int, seed: int, dense: bool) -> list[str]:
+    """Distinct long turns of `chars` characters, joined by line breaks or spaces. Realistic:
+    sentences with no number (corpus.PROSE), one in four a message of the corpus (one in twenty
+    with a secret). Dense: messages of the corpus only (one in five with a secret)."""
+    rng = random.Random(seed)
+    secret = [t.text for t in turns if t.is_secret]
+    ordinary = [t.text for t in turns if not t.is_secret]
+    out = []
+    for _ in range(count):
+        pieces: list[str] = []
+        while sum(len(p) + 1 for p in pieces) < chars:
+            draw = rng.random()
+            if dense:
+                pieces.append(rng.choice(secret if draw < 0.2 else ordinary))
+            else:
+                pool = secret if draw < 0.05 else ordinary if draw < 0.25 else corpus.PROSE
+                pieces.append(rng.choice(pool))
+            pieces[-1] += rng.choice(["\n", " "])
+        out.append("".join(pieces)[:chars])
+    return out
+
+
+def field_shapes(chars: int, seed: int) -> dict[str, str]:
+    """Adversarial fields of `chars` characters: digits with every separator, single digits,
+    one digit run, repeated keywords, IBAN-like groups, valid cards back to back, full-width
+    digits between zero-width spaces."""
+    rng = random.Random(seed)
+
+    def digits(n: int) -> str:
+        return "".join(rng.choice("0123456789") for _ in range(n))
+
+    seps = [" ", "-", ".", "/", "  ", "\n", "\u2009", ", ", "_", "\t", " - "]
+    groups = "".join(digits(rng.randint(1, 4)) + rng.choice(seps) for _ in range(chars // 2))
+    keywords = (
+        "código: 12 clave senha \u27a1\ufe0f cvv 4 password: pin 7 contraseña es la "
+        "tarjeta nro dni 3 CLABE iban ES "
+    )
+    cards = " ".join(corpus.card_number(rng) for _ in range(chars // 16))
+    full_width = "\u200b".join(chr(0xFF10 + int(c)) for c in digits(chars))
+    shapes = {
+        "digit groups, every separator": groups,
+        "single digits and spaces": " ".join(digits(chars // 2)),
+        "one digit run": digits(chars),
+        "repeated keywords": keywords * (chars // len(keywords) + 1),
+        "IBAN-like groups": " ".join(
+            f"ES{digits(2)} {digits(4)} {digits(4)}" for _ in range(chars)
+        ),
+        "valid cards back to back": cards,
+        "full-width digits, zero-width spaces": full_width,
+    }
+    return {name: text[:chars] for name, text in shapes.items()}
+
+
+def measure_cost(
+    turns: Sequence[Turn], redact_fn: Redact, args: argparse.Namespace
+) -> dict[str, Any]:
+    long: dict[str, dict[str, Any]] = {}
+    for shape, dense in (("realistic", False), ("dense", True)):
+        texts = long_turns(turns, args.long_runs, args.long_chars, args.seed, dense)
+        for text in texts[:5]:
+            redact_fn(text, DEFAULT_KINDS)
+        timed = [_timed(redact_fn, text, DEFAULT_KINDS)[1:] for text in texts]
+        cpu, wall = [c for c, _ in timed], [w for _, w in timed]
+        long[shape] = {"chars": args.long_chars, **_spread(cpu), "wall": _spread(wall)}
+    fields: dict[str, dict[str, float]] = {}
+    for name, text in field_shapes(args.field_chars, args.seed).items():
+        runs = [_timed(redact_fn, text, DEFAULT_KINDS)[1:] for _ in range(args.field_runs)]
+        fields[name] = {
+            "median_us": round(statistics.median(c for c, _ in runs), 1),
+            "max_us": round(max(c for c, _ in runs), 1),
+            "wall_median_us": round(statistics.median(w for _, w in runs), 1),
+        }
+    worst = max(fields, key=lambda name: fields[name]["median_us"])
+    return {
+        "long_turn": long,
+        "field": {
+            "chars": args.field_chars,
+            "runs": args.field_runs,
+            "shapes": fields,
+            "worst": worst,
+            "worst_us": fields[worst]["median_us"],
         },
-        "ordinary": {
-            part: {"altered": a, "turns": n, "percent": round(100 * a / max(n, 1), 3)}
-            for part, (a, n) in ordinary.items()
-        },
-        "cost_us": {
-            "p50": round(statistics.median(costs), 1),
-            "p99": round(sorted(costs)[int(len(costs) * 0.99)], 1),
-            "mean": round(statistics.fmean(costs), 1),
-        },
-        "altered_examples": altered_examples[:40],
-        "missed_examples": missed_examples,
     }
 
 
@@ -481,26 +242,132 @@ def store_turn_p50(
     return {"on_ms": round(on, 3), "off_ms": round(off, 3), "added_ms": round(on - off, 3)}
 
 
+def optional_kinds(seed: int, redact_fn: Redact) -> dict[str, Any]:
+    """Round 1's optional kinds (emails, street addresses), with every kind on."""
+    rng = random.Random(seed + 1)
+    names = ["ana.perez", "jlopez", "maria_g", "tom.smith", "k.ito"]
+    domains = ["gmail.com", "hotmail.es", "empresa.com.mx", "yahoo.com", "uol.com.br"]
+    streets = [
+        "Calle Mayor {n}, 3ºB",
+        "calle de la Princesa {n}",
+        "Avenida Insurgentes Sur {n}",
+        "Av. Corrientes {n}",
+        "{n} Main Street",
+        "{n} Oak Avenue",
+    ]
+    turns = []
+    for i in range(200):
+        email = f"{rng.choice(names)}{rng.randint(1, 99)}@{rng.choice(domains)}"
+        wording = ["mi correo es {s}", "email me at {s}", "escríbeme a {s}", "{s}"][i % 4]
+        turns.append(_optional_turn("email", wording, email))
+        address = streets[i % len(streets)].format(n=rng.randint(1, 999))
+        wording = ["Envíalo a {s}", "ship it to {s}", "vivo en {s}", "my address is {s}"][i % 4]
+        turns.append(_optional_turn("address", wording, address))
+    out: dict[str, dict[str, int]] = {}
+    for turn in turns:
+        row = out.setdefault(turn.klass, {"caught": 0, "n": 0})
+        row["caught"] += corpus.caught(turn, redact_fn(turn.text, frozenset(KINDS)))
+        row["n"] += 1
+    return {k: {**v, "percent": _percent(v["caught"], v["n"])} for k, v in out.items()}
+
+
+def _optional_turn(klass: str, wording: str, secret: str) -> Turn:
+    compact = corpus.squash(corpus.normalise(secret))
+    return Turn(wording.replace("{s}", secret), klass, "dev", secret, compact)
+
+
+# -- reporting ------------------------------------------------------------------------------------
+
+
+def code_state() -> dict[str, Any]:
+    """Which code was measured: the commit, and whether the redaction had uncommitted changes."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=False
+        )
+        return done.stdout.strip() if done.returncode == 0 else "unknown"
+
+    status = git("status", "--porcelain", "--", "server/redaction.py", "server/redaction")
+    module = Path(redaction_module.__file__ or "")
+    return {
+        "commit": git("rev-parse", "--short", "HEAD"),
+        "redaction_modified": status not in ("", "unknown"),
+        "module": str(module.relative_to(ROOT)) if module.is_relative_to(ROOT) else str(module),
+        "load_average": round(os.getloadavg()[0], 1),
+        "cores": os.cpu_count(),
+    }
+
+
 def table(result: dict[str, Any]) -> str:
+    code, quality, cost = result["code"], result["quality"], result["cost"]
+    state = "with uncommitted changes" if code["redaction_modified"] else "as committed"
     lines = [
-        "| kind | part | secrets | caught | recall % |",
+        f"Redaction at {code['commit']} ({code['module']}, {state}); seed {result['seed']}, "
+        f"{result['secrets_per_part']} secrets and {result['ordinary_per_part']} ordinary "
+        f"messages per class and part; load average {code['load_average']} on {code['cores']} "
+        "cores at the start. Both parts were written before issue 40's rule changes; "
+        "the test part is held out (never tuned on). ¹ round 1's class: its dev wordings are "
+        "round 1's (all seen by its rules), its test wordings new.",
+        "",
+        "| secrets caught | dev | dev % | test | test % |",
         "| --- | --- | --- | --- | --- |",
     ]
-    for key, row in result["default"]["recall"].items():
-        kind, part = key.split("/")
-        lines.append(f"| {kind} | {part} | {row['n']} | {row['caught']} | {row['percent']} |")
-    for key, row in result["optional"]["recall"].items():
-        kind, part = key.split("/")
-        if kind in ("email", "address"):
-            lines.append(f"| {kind} | {part} | {row['n']} | {row['caught']} | {row['percent']} |")
-    lines += ["", "| ordinary turns | altered | turns | % |", "| --- | --- | --- | --- |"]
-    for part, row in result["default"]["ordinary"].items():
-        lines.append(f"| {part} | {row['altered']} | {row['turns']} | {row['percent']} |")
-    cost = result["default"]["cost_us"]
+    lines += _class_rows(quality["secrets"], "caught")
+    totals = quality["totals"]
+    lines.append(
+        "| **all** | "
+        + " | ".join(
+            f"{totals[p]['caught']}/{totals[p]['secrets']} | {totals[p]['caught_percent']}"
+            for p in corpus.PARTS
+        )
+        + " |"
+    )
     lines += [
         "",
-        f"Cost per turn (default kinds): p50 {cost['p50']} µs, p99 {cost['p99']} µs, "
-        f"mean {cost['mean']} µs.",
+        "| ordinary altered | dev | dev % | test | test % |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    lines += _class_rows(quality["ordinary"], "altered")
+    lines.append(
+        "| **all** | "
+        + " | ".join(
+            f"{totals[p]['altered']}/{totals[p]['ordinary']} | {totals[p]['altered_percent']}"
+            for p in corpus.PARTS
+        )
+        + " |"
+    )
+    turn, field, long = quality["cost_us"], cost["field"], cost["long_turn"]
+    lines += [
+        "",
+        "| cost (default kinds), CPU µs | p50 | p99 | max | wall p50 | wall p99 |",
+        "| --- | --- | --- | --- | --- | --- |",
+        _cost_row(f"a message of the corpus ({turn['n']})", turn),
+        _cost_row(
+            f"a {long['realistic']['chars']:,}-character turn, mostly prose "
+            f"({long['realistic']['n']} distinct)",
+            long["realistic"],
+        ),
+        _cost_row(
+            f"a {long['dense']['chars']:,}-character turn, corpus messages only "
+            f"({long['dense']['n']} distinct)",
+            long["dense"],
+        ),
+        "",
+        f"| a {field['chars']:,}-character field, median of {field['runs']} | CPU µs | wall µs |",
+        "| --- | --- | --- |",
+    ]
+    for name, shape in field["shapes"].items():
+        worst = " (worst)" if name == field["worst"] else ""
+        lines.append(
+            f"| {name}{worst} | {shape['median_us']:,.0f} | {shape['wall_median_us']:,.0f} |"
+        )
+    optional = result["optional"]
+    lines += [
+        "",
+        "Optional kinds (every kind on, round 1's wordings): "
+        + ", ".join(f"{k} {v['caught']}/{v['n']}" for k, v in optional.items())
+        + " caught.",
     ]
     if "store" in result:
         s = result["store"]
@@ -511,64 +378,81 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _cost_row(what: str, spread: dict[str, Any]) -> str:
+    wall = spread["wall"]
+    cells = [spread["p50"], spread["p99"], spread["max"], wall["p50"], wall["p99"]]
+    return f"| {what} | " + " | ".join(f"{c:,}" for c in cells) + " |"
+
+
+def _class_rows(rows: dict[str, Any], what: str) -> list[str]:
+    out = []
+    for klass, parts in rows.items():
+        mark = "¹" if klass in corpus.ROUND_1_CLASSES else ""
+        cells = [f"{parts[p][what]}/{parts[p]['n']} | {parts[p]['percent']}" for p in corpus.PARTS]
+        out.append(f"| {klass}{mark} | {' | '.join(cells)} |")
+    return out
+
+
+def print_misses(misses: Sequence[dict[str, str]], progress: Callable[[str], None]) -> None:
+    """The dev part's missed secrets and altered ordinary messages, by class."""
+    progress(f"\n{len(misses)} dev misses and alterations:")
+    for miss in sorted(misses, key=lambda m: m["class"]):
+        what = f"missed {miss['secret']!r}" if miss["secret"] else "altered"
+        progress(f"[{miss['class']}] {what}\n    {miss['text']!r}\n -> {miss['redacted']!r}")
+
+
 def main(
     argv: Sequence[str] | None = None,
     progress: Callable[[str], None] = print,
     encoder_factory: Any = None,
+    redact_fn: Redact | None = None,
 ) -> dict[str, Any]:
-    """encoder_factory: the server's encoder for the HTTP part (tests pass a fake one)."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    """encoder_factory: the server's encoder for the HTTP part (tests pass a fake one);
+    redact_fn: what is measured (the server's redact unless a test passes another)."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--seed", type=int, default=27)
-    parser.add_argument("--ordinary", type=int, default=6000, help="ordinary turns")
-    parser.add_argument("--secrets", type=int, default=400, help="planted secrets per kind")
-    parser.add_argument("--store-rounds", type=int, default=20, help="0: skip the HTTP part")
+    parser.add_argument("--secrets", type=int, default=60, help="secrets per class and part")
+    parser.add_argument("--ordinary", type=int, default=60, help="messages per class and part")
+    parser.add_argument("--long-runs", type=int, default=300, help="distinct long turns timed")
+    parser.add_argument("--long-chars", type=int, default=4000)
+    parser.add_argument("--field-chars", type=int, default=32000)
+    parser.add_argument("--field-runs", type=int, default=3, help="runs of each field shape")
+    parser.add_argument("--store-rounds", type=int, default=10, help="0: skip the HTTP part")
+    parser.add_argument(
+        "--misses", choices=["dev"], default=None, help="print the dev part's misses"
+    )
     parser.add_argument("--out", type=Path, default=None, help="write redaction.json/.md")
+    parser.add_argument("--name", default="redaction", help="the result files' name")
     args = parser.parse_args(argv)
-    turns = corpus(args.seed, args.ordinary, args.secrets)
-    progress(f"corpus: {len(turns)} turns ({args.ordinary} ordinary), seed {args.seed}")
+    measured = redact_fn or redact
+    turns = corpus.build(args.seed, args.secrets, args.ordinary)
+    progress(f"corpus: {len(turns)} messages, seed {args.seed}")
+    quality = measure(turns, measured, DEFAULT_KINDS)
+    dev_misses = quality.pop("dev_misses")
     result: dict[str, Any] = {
+        "code": code_state(),
         "seed": args.seed,
-        "turns": len(turns),
+        "secrets_per_part": args.secrets,
+        "ordinary_per_part": args.ordinary,
         "default_kinds": sorted(DEFAULT_KINDS),
-        "default": measure(turns, DEFAULT_KINDS),
-        "optional": measure(_with_optional(turns, args.seed), frozenset(KINDS)),
+        "quality": quality,
+        "cost": measure_cost(turns, measured, args),
+        "optional": optional_kinds(args.seed, measured),
+        "dev_miss_count": len(dev_misses),
     }
     if args.store_rounds:
         progress(f"storing {args.store_rounds * 200} turns over HTTP, redaction on and off")
         result["store"] = store_turn_p50(turns, args.store_rounds, encoder_factory)
     text = table(result)
     progress(text)
+    if args.misses == "dev":
+        print_misses(dev_misses, progress)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "redaction.json").write_text(json.dumps(result, indent=1, ensure_ascii=False))
-        (args.out / "redaction.md").write_text(text + "\n")
+        dumped = json.dumps(result, indent=1, ensure_ascii=False)
+        (args.out / f"{args.name}.json").write_text(dumped + "\n", encoding="utf-8")
+        (args.out / f"{args.name}.md").write_text(text + "\n", encoding="utf-8")
     return result
-
-
-def _with_optional(turns: Sequence[Turn], seed: int) -> list[Turn]:
-    """The corpus plus emails and street addresses, for the optional kinds."""
-    rng = random.Random(seed + 1)
-    extra: list[Turn] = []
-    names = ["ana.perez", "jlopez", "maria_g", "tom.smith", "k.ito"]
-    domains = ["gmail.com", "hotmail.es", "empresa.com.mx", "yahoo.com"]
-    streets = [
-        ("Calle Mayor {n}, 3ºB", "es"),
-        ("calle de la Princesa {n}", "es"),
-        ("Avenida Insurgentes Sur {n}", "es"),
-        ("Av. Corrientes {n}", "es"),
-        ("{n} Main Street", "en"),
-        ("{n} Oak Avenue", "en"),
-    ]
-    for i in range(200):
-        email = f"{rng.choice(names)}{rng.randint(1, 99)}@{rng.choice(domains)}"
-        wording = ["mi correo es {s}", "email me at {s}", "escríbeme a {s}", "{s}"][i % 4]
-        extra.append(Turn(wording.format(s=email), "email", (email,), "dev" if i % 2 else "test"))
-        street, _ = streets[i % len(streets)]
-        address = street.format(n=rng.randint(1, 999))
-        wording = ["Envíalo a {s}", "ship it to {s}", "vivo en {s}", "my address is {s}"][i % 4]
-        raw = (address,)
-        extra.append(Turn(wording.format(s=address), "address", raw, "dev" if i % 2 else "test"))
-    return [*turns, *extra]
 
 
 if __name__ == "__main__":
