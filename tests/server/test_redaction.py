@@ -11,7 +11,7 @@ import pytest
 from stdnum.es import dni, nie
 from stdnum.mx import curp
 
-from server.redaction import DEFAULT_KINDS, KINDS, kinds_of, redact
+from server.redaction import DEFAULT_KINDS, KINDS, kinds_of, redact, redact_json
 from server.schemas import REDACT_KINDS
 from tests.conftest import AGENT, PHONE, Api, admin, assert_error
 from tests.fake_llm import FakeLLM
@@ -162,6 +162,118 @@ def test_no_input_of_the_largest_size_takes_long(text: str) -> None:
     started = time.perf_counter()
     redact(text[:32000], KINDS)
     assert time.perf_counter() - started < 3.0
+
+
+# -- round 2: secrets typed the way people type them (issue 40) -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Cards: any separators between groups of any size, other digits, glued, after "pedido".
+        ("tarjeta 4111  1111  1111  1111", "tarjeta [tarjeta ••••1111]"),
+        ("4111\n1111\n1111\n1111", "[tarjeta ••••1111]"),
+        ("4111/1111/1111/1111 y 4111_1111_1111_1111", "[tarjeta ••••1111] y [tarjeta ••••1111]"),
+        ("4111 - 1111 - 1111 - 1111", "[tarjeta ••••1111]"),
+        ("4111\t1111\t1111\t1111", "[tarjeta ••••1111]"),
+        ("4111\u20091111\u200b1111\u200b1111", "[tarjeta ••••1111]"),
+        ("4111 💳 1111 💳 1111 💳 1111", "[tarjeta ••••1111]"),
+        ("411 111 111 111 1111", "[tarjeta ••••1111]"),
+        ("4 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1", "[tarjeta ••••1111]"),
+        ("(4111) 1111 1111 1111", "([tarjeta ••••1111]"),
+        ("４１１１ １１１１ １１１１ １１１１", "[tarjeta ••••1111]"),
+        ("٤١١١١١١١١١١١١١١١", "[tarjeta ••••1111]"),
+        ("nro4111111111111111", "nro[tarjeta ••••1111]"),
+        ("+4111 1111 1111 1111", "+[tarjeta ••••1111]"),
+        ("Pagué el pedido con 5555 5555 5555 4444", "Pagué el pedido con [tarjeta ••••4444]"),
+        # CVVs: next line, Portuguese, described, digit by digit.
+        ("cvv:\n737", "cvv:\n[CVV]"),
+        ("código de segurança 456", "código de segurança [CVV]"),
+        ("los 3 números de atrás son 123", "los 3 números de atrás son [CVV]"),
+        ("the 3 numbers on the back: 321", "the 3 numbers on the back: [CVV]"),
+        ("cvv 7 3 7", "cvv [CVV]"),
+        # One-time codes: pairs, digits, dots, keycaps, zero-width, a purpose.
+        ("código 48 29 13", "código [código]"),
+        ("el código es 4 8 2 9 1 3", "el código es [código]"),
+        ("código 4.8.2.9.1.3", "código [código]"),
+        ("código 4️⃣8️⃣2️⃣9️⃣", "código [código]"),
+        ("código 48\u200b29\u200b13", "código [código]"),
+        ("el código para recoger el paquete es 482913", "el código para recoger el paquete es [código]"),
+        ("o código para retirar a encomenda é 5521", "o código para retirar a encomenda é [código]"),
+        # IBANs.
+        ("ES 91 2100 0418 4502 0005 1332", "[IBAN ES91••••1332]"),
+        ("ES91.2100.0418.4502.0005.1332", "[IBAN ES91••••1332]"),
+        ("ES91 2100 0418\n4502 0005 1332", "[IBAN ES91••••1332]"),
+        ("ＥＳ９１ ２１００ ０４１８ ４５０２ ０００５ １３３２", "[IBAN ES91••••1332]"),
+        # Passwords.
+        ("minha senha é Perro123", "minha senha é [contraseña]"),
+        ("contraseña：Perro123", "contraseña：[contraseña]"),
+        ("contraseña ➡️ Perro123", "contraseña ➡️ [contraseña]"),
+        ('mi contraseña es "perro azul feliz"', 'mi contraseña es "[contraseña]"'),
+        ("my password is “blue sky 42”", "my password is “[contraseña]”"),
+        # National ids, Mexico's CLABE.
+        ("DNI 1234 5678 Z", "DNI [DNI]"),
+        ("dni 12345678z", "dni [DNI]"),
+        ("NIE x1234567l", "NIE [NIE]"),
+        ("RFC GODE-561231-GR8", "RFC [RFC]"),
+        ("CUIT 20.12345678.6", "CUIT [CUIT]"),
+        ("cpf 111444777-35", "cpf [CPF]"),
+        ("CPF 11144477735", "CPF [CPF]"),
+        ("mi DNI es 30.123.456", "mi DNI es [DNI]"),
+        ("mi clabe es 0321 8000 0118 3597 19", "mi clabe es [CLABE ••••9719]"),
+    ],
+)
+def test_secrets_written_as_people_type_them(text: str, expected: str) -> None:
+    assert redact(text) == expected
+    assert redact(expected) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "código de rastreo 482913",
+        "código de afiliado 55321",
+        "employee code 4821",
+        "código de sucursal 0412",
+        "product code 88123",
+        "código do aluno 202312",
+        "CEP 01310-100",
+        "referência do Pix 123456",
+        "el código de la oferta es 2024",
+        "la clave es llamar antes de las 9",
+        "my password is stolen",
+        "a senha não funciona",
+        "mi contraseña está bloqueada",
+        "my password is too short",
+        "Llámame al 611 22 33 44 o al 622 33 44 55",
+        "mi número es +34 611 223 344",
+        "mi pedido es el 12345678 y llega el 12.03.2026",
+        "tengo 2 hijos de 4 y 6 años",
+    ],
+)
+def test_ordinary_codes_and_words_stay_as_written(text: str) -> None:
+    assert redact(text) == text
+
+
+def test_the_placeholder_replaces_exactly_what_was_written() -> None:
+    """Normalised characters inside a secret (zero-width, full-width, keycaps) go with it;
+    those around it stay."""
+    assert redact("a\u200b 4111\u200b1111\u200b1111\u200b1111 \u200bz") == (
+        "a\u200b [tarjeta ••••1111] \u200bz"
+    )
+    assert redact("Café, código 4️⃣8️⃣2️⃣9️⃣ ¡gracias!") == "Café, código [código] ¡gracias!"
+
+
+def test_numbers_in_metadata_are_redacted_too() -> None:
+    assert redact_json({"card": 4111111111111111, "n": [5, {"x": 4111111111111111}]}) == {
+        "card": "[tarjeta ••••1111]",
+        "n": [5, {"x": "[tarjeta ••••1111]"}],
+    }
+    assert redact_json({"ok": True, "price": 12.5, "none": None}) == {
+        "ok": True,
+        "price": 12.5,
+        "none": None,
+    }
 
 
 def test_optional_kinds_only_when_asked() -> None:

@@ -1,0 +1,203 @@
+"""Card numbers and their CVVs.
+
+A card is a stretch of 12-19 digits, in groups of any size with any separators between them
+(spaces of every kind, line breaks, tabs, `. - / , _`, parentheses, emoji), that passes the
+Luhn check (python-stdnum) and has an issuer's prefix and length; or any Luhn-valid 12-19
+digits the clause calls a card. No word around it (an order, a tracking number) hides a
+number that passes a card's checks. A CVV is 3-4 digits named by a CVV's words (also
+described: "los 3 números de atrás"), or written right after a card and its expiry.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from itertools import accumulate
+
+from stdnum import ean, luhn
+
+from server.redaction.text import MASKS, Scan
+from server.redaction.words import GAP_CHARS, names_card
+
+DOTS = "••••"
+
+# Groups of digits with short runs of separators between them.
+_RUN = re.compile(r"\d+(?:[ \t\n.\-/,_()*]{1,4}\d+)*")
+_GROUP = re.compile(r"\d+")
+MAX_GROUPS = 19  # digit by digit
+MAX_MULTI_GROUP = 6  # a group of a card written in groups has at most 6 digits (Amex: 4-6-5)
+
+# Issuers' prefixes and the lengths their cards have: (first, last) prefix of a given number of
+# digits, lengths. A Luhn-valid number of another shape is a card only when named one.
+_CARD_RANGES: tuple[tuple[int, int, int, frozenset[int]], ...] = (
+    (4, 4, 1, frozenset((13, 16, 19))),  # Visa
+    (51, 55, 2, frozenset((16,))),  # Mastercard
+    (2221, 2720, 4, frozenset((16,))),  # Mastercard 2-series
+    (34, 34, 2, frozenset((15,))),  # American Express
+    (37, 37, 2, frozenset((15,))),
+    (300, 305, 3, frozenset((14, 16, 19))),  # Diners Club
+    (36, 36, 2, frozenset((14, 16, 19))),
+    (38, 39, 2, frozenset((14, 16, 19))),
+    (3528, 3589, 4, frozenset(range(16, 20))),  # JCB
+    (6011, 6011, 4, frozenset(range(16, 20))),  # Discover
+    (644, 649, 3, frozenset(range(16, 20))),
+    (65, 65, 2, frozenset(range(16, 20))),
+    (62, 62, 2, frozenset(range(16, 20))),  # UnionPay
+    (50, 50, 2, frozenset(range(16, 20))),  # Maestro (12-15 digits: only when named a card)
+    (56, 69, 2, frozenset(range(16, 20))),
+    (606282, 606282, 6, frozenset((16,))),  # Hipercard (Brazil)
+    (636368, 636368, 6, frozenset((16,))),  # Elo (Brazil)
+)
+_NAMED_LENGTHS = frozenset(range(12, 20))
+
+
+def _lengths_by_head() -> dict[str, frozenset[int]]:
+    """The card lengths each 4-digit head allows (looked up once a stretch)."""
+    lengths: dict[str, set[int]] = {}
+    for first, last, digits, sizes in _CARD_RANGES:
+        if digits > 4:
+            first, last, digits = first // 10 ** (digits - 4), last // 10 ** (digits - 4), 4
+        scale = 10 ** (4 - digits)
+        for head in range(first * scale, (last + 1) * scale):
+            lengths.setdefault(str(head), set()).update(sizes)
+    return {head: frozenset(sizes) for head, sizes in lengths.items()}
+
+
+_LENGTHS = _lengths_by_head()
+_LUHN_DOUBLED = tuple((2 * d) % 10 + (2 * d) // 10 for d in range(10))
+
+
+class _LuhnSums:
+    """Luhn sums of every stretch of a string of digits, each in constant time."""
+
+    def __init__(self, digits: str) -> None:
+        plain = list(map(int, digits))
+        doubled = [_LUHN_DOUBLED[d] for d in plain]
+        even, odd = plain[:], doubled[:]
+        even[1::2], odd[1::2] = doubled[1::2], plain[1::2]
+        self._sums = ([0, *accumulate(even)], [0, *accumulate(odd)])
+
+    def valid(self, start: int, end: int) -> bool:
+        sums = self._sums[(end - 1) % 2]
+        return (sums[end] - sums[start]) % 10 == 0
+
+
+def find_cards(scan: Scan) -> None:
+    for run in _RUN.finditer(scan.view):
+        if run.end() - run.start() >= 12:
+            _cards_in_run(scan, run)
+    scan.settle()
+
+
+def _cards_in_run(scan: Scan, run: re.Match[str]) -> None:
+    view, fold = scan.view, scan.fold
+    base = run.start()
+    groups = [(g.start() + base, g.end() + base) for g in _GROUP.finditer(run.group())]
+    digits = "".join(view[start:end] for start, end in groups)
+    if len(digits) < 12:
+        return
+    offsets = [0, *accumulate(end - start for start, end in groups)]
+    cores = [_core(view[groups[k][1] : groups[k + 1][0]]) for k in range(len(groups) - 1)]
+    sums = _LuhnSums(digits)
+    before = view[base - 1] if base else " "
+    after = view[run.end()] if run.end() < len(view) else " "
+    glued = before.isalpha() and after.isalpha()  # an identifier: "LX4111...ES"
+    phone = before == "+"
+    named = names_card(fold, base, run.end())
+    i = 0
+    while i < len(groups):
+        first = offsets[i]
+        sizes = _LENGTHS.get(digits[first : first + 4], frozenset())
+        if named:
+            sizes = sizes | _NAMED_LENGTHS
+        best = None
+        for size in sorted(sizes, reverse=True):
+            j = bisect.bisect_left(offsets, first + size) - 1
+            if j >= len(groups) or offsets[j + 1] != first + size or j - i >= MAX_GROUPS:
+                continue
+            if not _card_shape(groups, offsets, cores, i, j) or not sums.valid(first, first + size):
+                continue
+            if glued or (phone and i == 0 and size < 16 and not named):
+                continue
+            number = digits[first : first + size]
+            if not named and size == 13 and i == j and ean.is_valid(number):
+                continue  # a bare 13-digit barcode (EAN-13) that happens to pass Luhn
+            if luhn.is_valid(number):  # python-stdnum confirms
+                best = j
+                break
+        if best is None:
+            i += 1
+            continue
+        start, end = groups[i][0], groups[best][1]
+        number = digits[offsets[i] : offsets[best + 1]]
+        scan.claim(start, end, f"[tarjeta {DOTS}{number[-4:]}]", "card")
+        i = best + 1
+
+
+def _core(separator: str) -> str:
+    """What a separator is once spaces and parentheses are set aside ("" for spaces)."""
+    return "".join(ch for ch in separator if not ch.isspace() and ch not in "()")
+
+
+def _card_shape(
+    groups: list[tuple[int, int]], offsets: list[int], cores: list[str], i: int, j: int
+) -> bool:
+    """Whether groups i..j are written as one card: one kind of separator between all of
+    them ("4111 1111-1111 1111" is two numbers), and no group of more than six digits when
+    there are several (two phone numbers are not a card)."""
+    if i == j:
+        return True
+    if len(set(cores[i:j])) > 1:
+        return False
+    return all(offsets[k + 1] - offsets[k] <= MAX_MULTI_GROUP for k in range(i, j + 1))
+
+
+# -- CVVs --------------------------------------------------------------------------------------
+
+_CVV_WORDS = (
+    r"cvv2?|cvc2?|ccv|cvn|cav2?|cid|csc|"
+    r"c(?:odigo|od\.?)\s*(?:de\s+|do\s+)?(?:seguridad|seguranca|seg\.?)"
+    r"(?:\s+(?:de|do|da)\s+(?:la\s+|mi\s+|meu\s+|minha\s+)?(?:tarjeta|cartao))?|"
+    r"codigo\s+(?:de\s+)?(?:verificacion|verificacao|validacion|validacao)\s+(?:de|do|da)\s+"
+    r"(?:la\s+|mi\s+|meu\s+|minha\s+|o\s+)?(?:tarjeta|cartao)|"
+    r"(?:el|lo|o|os|los|the\s+one)\s+(?:de\s+|do\s+|on\s+the\s+)?(?:atras|tras|detras|back)\b|"
+    r"security\s+code|card\s+(?:verification|security)\s+(?:code|value|number)|"
+    r"(?:codigo|numero|numeros|digitos|numerinhos|code|number|numbers|digits)\s+"
+    r"(?:de\s+|do\s+|del\s+|da\s+|on\s+the\s+|in\s+the\s+|at\s+the\s+)?"
+    r"(?:atras|tras|detras|reverso|verso|dorso|back|costas)|"
+    r"(?:(?:los|las|os|as|the|esos|those)\s+)?(?:\d|tres|cuatro|quatro|three|four)\s+"
+    r"(?:numeros|numerinhos|digitos|numbers|digits|numeritos)\s+"
+    r"(?:de\s+|do\s+|del\s+|da\s+|on\s+the\s+|in\s+the\s+|at\s+the\s+)?"
+    r"(?:atras|tras|detras|reverso|verso|dorso|back|costas)(?:\s+(?:de|do|da|of)\s+"
+    r"(?:la\s+|a\s+|the\s+|mi\s+|my\s+|meu\s+|minha\s+)?(?:tarjeta|cartao|card))?"
+)
+_CVV = re.compile(
+    rf"(?:{_CVV_WORDS})\b(?:{GAP_CHARS}){{0,40}}?(?<![\d.,])"
+    r"(\d(?:[ .\-]?\d){2,3})(?![\d/:]|[.,\-]\d)"
+)
+_CARD_MASK = MASKS["card"]
+_CVV_AFTER_CARD = re.compile(
+    rf"{_CARD_MASK}[\s,;:/\-]*+(?:(?:exp\w*|cad\w*|venc\w*|valid\w*|val\.?)[\s.:]*+)?"
+    r"(?:\d{2}\s*+(?:/\s*+)?\d{2,4}[\s,;:\-]++|\d\s*+/\s*+\d{2,4}[\s,;:\-]*+)?"
+    r"(?:(?:cvv|cvc|y|and|e)[\s.:]*+)?"
+    r"(?<!\d)(\d{3,4}|\d(?:[ .\-]\d){2,3})(?![\d/])"
+)
+
+
+# Every CVV's words hold one of these (a text without them has no CVV named).
+_CVV_HINT = re.compile(
+    r"c[vca][vcn]|cid|csc|seg|atras|\btras|verso|dorso|back|costas|security|verifica"
+)
+
+
+def find_cvvs(scan: Scan) -> None:
+    fold = scan.fold
+    for match in _CVV.finditer(fold) if _CVV_HINT.search(fold) else ():
+        if match.start() and (fold[match.start() - 1].isalnum() or fold[match.start() - 1] == "["):
+            continue
+        scan.claim(match.start(1), match.end(1), "[CVV]", "cvv")
+    if _CARD_MASK in fold:
+        for match in _CVV_AFTER_CARD.finditer(fold):
+            if not scan.claimed(match.start(1), match.end(1)):
+                scan.claim(match.start(1), match.end(1), "[CVV]", "cvv")
+    scan.settle()

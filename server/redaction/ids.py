@@ -1,0 +1,131 @@
+"""National ids, each confirmed by its check in python-stdnum: Spain's DNI and NIE, Mexico's
+CURP and RFC, Argentina's CUIT/CUIL, Brazil's CPF; written with spaces, dots or dashes in any
+place, a lower-case letter or none. Argentina's DNI (7-8 digits, no check) only after its
+keyword; a bare CPF or CUIT (11 digits, like a phone number) only after theirs.
+"""
+
+from __future__ import annotations
+
+import re
+
+from stdnum.ar import cuit
+from stdnum.br import cpf
+from stdnum.es import dni, nie
+from stdnum.exceptions import ValidationError
+from stdnum.mx import curp, rfc
+
+from server.redaction.text import Scan
+from server.redaction.words import GAP_CHARS
+
+_S = r"[ .\-]?"  # one optional separator between any two characters
+# Spain's DNI: 8 digits and a check letter; NIE: X/Y/Z, 7 digits and a check letter.
+_DNI = re.compile(rf"(\d(?<![\w+.,]\d)(?:{_S}\d){{7}})({_S}[a-zA-Z])(?!\w)")
+_NIE = re.compile(rf"([xyzXYZ](?<![\w+.,][xyzXYZ]){_S}\d(?:{_S}\d){{6}})({_S}[a-zA-Z])(?!\w)")
+# On the fold view (lower case): CURP and RFC each hold six digits in a row (a date).
+_CURP = re.compile(rf"(?<!\w)[a-z]{{4}}{_S}\d{{6}}{_S}[hmx]{_S}[a-z]{{5}}{_S}[a-z0-9]{_S}\d(?!\w)")
+_RFC = re.compile(rf"(?<!\w)[a-z&]{{3,4}}{_S}\d{{6}}{_S}[a-z0-9]{{3}}(?!\w)")
+_DATE_DIGITS = re.compile(r"\d{6}")
+_CUIT = re.compile(r"\d(?<![\w+.,]\d)\d[ .\-]\d{8}[ .\-]\d(?![\w]|[.,]\d)")
+_CUIT_DOTTED = re.compile(r"\d(?<![\w+.,]\d)\d[ .\-]\d{1,2}\.\d{3}\.\d{3}[ .\-]\d(?![\w]|[.,]\d)")
+_CPF = re.compile(r"\d(?<![\w+.,]\d)\d{2}\.?\d{3}\.?\d{3}-\d{2}(?![\w]|[.,]\d)")
+_ID_WORD = (
+    r"dni|d\.n\.i\.?|nif|nie|documento(?:\s+(?:de\s+identidad|nacional(?:\s+de\s+identidad)?))?|"
+    r"cedula|c\.?\s?c\.?|identidad|id|cuit|cuil|cpf|rg|curp|rfc|ine|pasaporte"
+)
+_NAMED = re.compile(
+    rf"(?:{_ID_WORD})\b(?:{GAP_CHARS}){{0,25}}?(?<![\d+.,])"
+    r"(\d(?:[ .\-]?\d){6,10})(?![\d]|[.,]\d|[ .\-]?[a-xz]\b)"
+)
+_ID_WORDS = re.compile(rf"(?:{_ID_WORD})\b")
+
+
+def find_ids(scan: Scan) -> None:
+    view = scan.view
+    if not _SIX_DIGITS.search(view):
+        return
+    named_before = _named_spans(scan.fold)
+    for match in _NIE.finditer(view):
+        number = _compact(match.group(0)).upper()
+        if _valid(nie, number) and _letter_ok(match, named_before):
+            scan.claim(match.start(), match.end(), "[NIE]", "national_id")
+    for match in _DNI.finditer(view):
+        number = _compact(match.group(0)).upper()
+        ok = _valid(dni, number) and _letter_ok(match, named_before)
+        if ok and not scan.claimed(match.start(), match.end()):
+            scan.claim(match.start(), match.end(), "[DNI]", "national_id")
+    scan.settle()
+    fold = scan.fold
+    patterns: list[tuple[re.Pattern[str], object, str]] = [
+        (_CUIT, cuit, "[CUIT]"),
+        (_CUIT_DOTTED, cuit, "[CUIT]"),
+        (_CPF, cpf, "[CPF]"),
+    ]
+    if _DATE_DIGITS.search(fold):
+        patterns = [(_CURP, curp, "[CURP]"), (_RFC, rfc, "[RFC]"), *patterns]
+    for pattern, module, label in patterns:
+        for match in pattern.finditer(fold):
+            if scan.claimed(match.start(), match.end()):
+                continue
+            number = _compact(scan.view[match.start() : match.end()]).upper()
+            if module is rfc:
+                ok = _valid(rfc, number, validate_check_digits=True)
+            else:
+                ok = _valid(module, number)
+            if ok:
+                scan.claim(match.start(), match.end(), label, "national_id")
+    scan.settle()
+    _named_ids(scan)
+    scan.settle()
+
+
+# Every id holds six digits with at most one separator between each two.
+_SIX_DIGITS = re.compile(r"\d(?:[ .\-]?\d){5}")
+
+
+def _named_ids(scan: Scan) -> None:
+    """Numbers after an id's keyword: a bare CPF or CUIT (11 digits), Argentina's DNI."""
+    fold = scan.fold
+    for match in _NAMED.finditer(fold):
+        if match.start() and fold[match.start() - 1].isalnum():
+            continue
+        word = match.group(0)[: match.start(1) - match.start()].strip().split()[0]
+        number = "".join(ch for ch in match.group(1) if ch.isdigit())
+        label = None
+        if len(number) == 11 and _valid(cpf, number):
+            label = "[CPF]"
+        elif len(number) == 11 and _valid(cuit, number):
+            label = "[CUIT]"
+        elif len(number) in (7, 8) and word.startswith(("dni", "d.n.i", "documento")):
+            label = "[DNI]"  # Argentina's DNI: no check, so only after its keyword
+        if label and not scan.claimed(match.start(1), match.end(1)):
+            scan.claim(match.start(1), match.end(1), label, "national_id")
+
+
+def _named_spans(fold: str) -> list[int]:
+    """Where each id keyword ends."""
+    return [
+        m.end()
+        for m in _ID_WORDS.finditer(fold)
+        if not m.start() or not fold[m.start() - 1].isalnum()
+    ]
+
+
+def _letter_ok(match: re.Match[str], named_ends: list[int]) -> bool:
+    """A DNI's or NIE's letter in capitals, or glued to the number, counts; one in lower case
+    after a separator ("84731247 y el ...") only when an id's keyword comes shortly before."""
+    letter = match.group(2)
+    if letter[-1].isupper() or len(letter) == 1:
+        return True
+    return any(0 <= match.start() - end <= 25 for end in named_ends)
+
+
+def _compact(written: str) -> str:
+    return "".join(ch for ch in written if ch.isalnum())
+
+
+def _valid(module: object, number: str, **kwargs: bool) -> bool:
+    try:
+        module.validate(number, **kwargs)  # type: ignore[attr-defined]
+    except (ValidationError, ValueError, ArithmeticError):
+        return False
+    return True

@@ -1,0 +1,111 @@
+"""Passwords: what follows a password's word ("contraseña", "clave", "password", "senha",
+"pwd") and what introduces it (a colon of any width, an arrow, "es", "is", "é", a line
+break). A password in quotes is replaced whole, spaces and all. A keyword used as an ordinary
+word is left alone: "la clave es llamar antes de las 9", "my password is stolen", "a senha
+não funciona".
+"""
+
+from __future__ import annotations
+
+import re
+
+from server.redaction.text import Scan
+
+_WORD = (
+    r"contrasenas?|claves?(?:\s+de\s+acceso|\s+secreta)?|passwords?|passwd|pwd|pw|senhas?|"
+    r"palavra[- ]passe|psw|passw|contra(?=\s*+[:=])|pass(?=\s*+(?:[:=]|->|=>))"
+)
+_MODIFIER = (
+    r"nueva|new|nova|actual|current|atual|temporal|temporary|temporaria|provisional|provisoria|"
+    r"ahora|now|agora|correcta|correct|correta|real|verdadera|de\s+verdad|"
+    r"que\s+(?:puse|tengo|uso|use|elegi|cambie|pus|coloquei|uso|tenho)|(?:que|which|I)\s+\w+|"
+    r"del?\s+(?:la\s+|el\s+|mi\s+|tu\s+|su\s+)?\w+|d[oa]s?\s+(?:meu\s+|minha\s+)?\w+|"
+    r"para\s+\w+|pra\s+\w+|for\s+(?:the\s+|my\s+)?\w+|of\s+(?:the\s+|my\s+)?\w+"
+)
+_INTRO = (
+    r"\s*+[:=]\s*+|\s*+(?:->|=>)\s*+|"
+    r"\s++(?P<verb>es|is|era|was|fue|sera|e|eh|foi|sigue\s++siendo|continua\s++sendo)"
+    r"(?:\s*+:)?\s++|[^\S\n]*+\n\s*+|\s++(?=[^\s\d]*+\d)"
+)
+_QUOTES = "\"'«“\u2018`„"
+_CLOSING = "\"'»”\u2019`“"
+_SECRET = (
+    rf"[{_QUOTES}](?P<quoted>[^{_CLOSING}\n]{{1,64}})[{_CLOSING}]|"
+    rf"(?P<bare>[^\s{_QUOTES}{_CLOSING}]{{3,64}})"
+)
+_PASSWORD = re.compile(
+    rf"(?:{_WORD})\b(?:\s+(?:{_MODIFIER})){{0,3}}(?:{_INTRO})(?:{_SECRET})"
+    # "usuario ana, pass Perro12": a user name then a bare "pass"/"clave" and the secret.
+    r"|(?:usuario|user(?:name)?|login)\b[^\n]{1,40}?\b(?:pass(?:word)?|clave|contrasena|pwd|"
+    r"senha)(?:\s*+[:=])?\s++(?P<paired>[^\s\"'»”]{3,64})"
+)
+_ANY_WORD = re.compile(r"contrase|clave|pass|pwd|\bpw\b|senha")
+
+# Words after "mi contraseña es" that are not the password itself.
+NOT_A_PASSWORD = frozenset(
+    (  # noqa: SIM905 (a list of words reads better as text)
+        "incorrecta correcta nueva vieja antigua segura larga corta la el una un mía mia tuya "
+        "wrong correct new old the a my mine your too muy very demasiado igual same válida "
+        "valida invalid inválida invalida que not no working expired expirada caducada caduca "
+        "caducó caduco expira forgot olvidé olvide olvidada tener ser hacer esperar paciencia "
+        "bloqueada locked blocked reset resetear cambiada changed required obligatoria needed "
+        "necesaria ok okay fine bien mal de del en in on para for por with con sin without "
+        "weak strong fraca forte debil débil facil fácil dificil difícil easy hard simple long "
+        "short longa curta errada errado invalida inválido invalido nao não incorrect "
+        "incorrecto incorreta incorreto stolen hacked robada robado roubada roubado hackeada "
+        "hackeado vazada filtrada leaked compromised comprometida same igual mesma diferente "
+        "different this esta este esa ese essa esse isso eso esto that it its it's is was "
+        "still ainda todavia todavía aun aún also tambien también muito mucho very too so tan "
+        "tao tão importante important secreta secret privada private personal pessoal mine "
+        "minha meu nuestra our nossa sua su tu teu your their sempre siempre always never "
+        "nunca nada nothing none ninguna nenhuma ok vale sim yes si sí obvious obvia obvio "
+        "one uno una um uma two dos duas simples sencilla sencillo complicada complicado "
+        "esqueci esqueceu esquecida esquecido perdi perdeu perdida perdido mudei mudou cambie "
+        "cambió cambio olvidaste forgotten lost perdí perdida ninguém nadie nobody "
+        "funciona funcionou works work worked sirve vale serve aqui aquí here there ali alli "
+        "allí acá aca abajo below above arriba anterior previous antiga"
+    ).split()
+)
+_PARTICIPLE = ("ado", "ada", "ido", "ida", "ed", "en")
+_VERB = ("ar", "er", "ir", "ando", "endo", "indo", "ing")
+_AMOUNT = re.compile(r"[$€£]?\d+(?:[.,]\d+)?(?:%|€|\$|x|º|ª)$")
+_NEXT_WORD = re.compile(r"[^\S\n]+[^\W\d]")
+
+
+def find_passwords(scan: Scan) -> None:
+    fold = scan.fold
+    if not _ANY_WORD.search(fold):
+        return
+    for match in _PASSWORD.finditer(fold):
+        if match.start() and (fold[match.start() - 1].isalnum() or fold[match.start() - 1] == "["):
+            continue
+        verb = match.group("verb")
+        if verb == "e" and scan.view[match.start("verb")] not in "éÉ":
+            continue  # Portuguese "e" is "and"; "é" is "is"
+        for group in ("quoted", "bare", "paired"):
+            if match.group(group) is not None:
+                break
+        start, end = match.start(group), match.end(group)
+        if group != "quoted":
+            while end > start and scan.view[end - 1] in ".,;:!?)":
+                end -= 1
+            if end - start < 3 or not _looks_secret(scan, start, end):
+                continue
+        if not scan.claimed(start, end):
+            scan.claim(start, end, "[contraseña]", "password")
+    scan.settle()
+
+
+def _looks_secret(scan: Scan, start: int, end: int) -> bool:
+    """Whether a bare word after a password's words is a password, not the sentence going on."""
+    written, folded = scan.view[start:end], scan.fold[start:end]
+    if written[0] == "[" or not written[0].isprintable() or folded in NOT_A_PASSWORD:
+        return False
+    if _AMOUNT.match(written):
+        return False  # "la clave del éxito es 100% esfuerzo"
+    if not (written.isalpha() and written.islower()):
+        return True  # digits, symbols or capitals: a password
+    if len(folded) >= 5 and folded.endswith(_PARTICIPLE):
+        return False  # "is stolen", "está bloqueada": what happened to it
+    sentence_goes_on = bool(_NEXT_WORD.match(scan.view, end))
+    return not (sentence_goes_on and folded.endswith(_VERB))  # "la clave es llamar antes"
