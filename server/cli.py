@@ -23,7 +23,7 @@ from server.auth import KeyRing
 from server.clock import utc_now
 from server.config import Settings, load_settings
 from server.errors import ApiError
-from server.logs import RepeatFilter
+from server.logs import RepeatFilter, SecretsFilter
 from server.store import Store
 from server.store.pg_backup import PgError, schema_version
 
@@ -548,6 +548,7 @@ def main(
         return 2
     handler = logging.StreamHandler()
     handler.addFilter(RepeatFilter())  # floods of one warning (accept errors) are rate-limited
+    handler.addFilter(SecretsFilter())  # no line with a secret or a query string's values
     logging.basicConfig(
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -13,7 +13,7 @@ from typing import Any
 from embeddings.calibration import calibration_for
 from embeddings.encoder import Vectors
 from embeddings.index import Hit, quote
-from server import words
+from server import redacted_fields, words
 from server.agent_settings import AgentConfig, AgentSettings, OptOutPolicy
 from server.clock import Clock, format_time, parse_time, utc_now
 from server.compaction import Compacted, Compaction
@@ -183,7 +183,11 @@ class MemoryService:
         recorded before it (server/store/messages.py). A `name` (the person's, as the
         messaging provider gives it) becomes theirs when it differs from the one stored."""
         config = self.agent_config(agent)
-        content = redact(content, config.redact)  # (outside the person's lock)
+        # (outside the person's lock) The event id too: a retry sends the same one, which
+        # redacts the same, so it is recognised by its stored, redacted form.
+        content = redact(content, config.redact)
+        event_id = redacted_fields.optional(event_id, config.redact)
+        named = redacted_fields.person_name(name, config.redact) if name is not None else None
         with self._people.hold((agent, phone)):
             message_id, stored = self._store.insert_message(
                 agent=agent,
@@ -194,10 +198,10 @@ class MemoryService:
                 number=number,
                 created_at=created_at,
             )
-            if name is not None:
+            if named is not None:
                 known = self._store.name_of(agent, phone)  # a read; a write only on a change
-                if known is None or known.name != name:
-                    self._store.set_name(agent, phone, name, name_words(name))
+                if known is None or known.name != named[0]:
+                    self._store.set_name(agent, phone, *named)
         if stored:
             self._compaction.after_turn(agent, phone, role, config)
         self._indexer.wake()
@@ -207,9 +211,11 @@ class MemoryService:
 
     def set_person_name(self, agent: str, phone: str, name: str) -> PersonName:
         """Set the name the agent knows the person by: shown in the context, left out of the
-        excerpts' search, and how staff search finds whom a question names."""
+        excerpts' search, and how staff search finds whom a question names. Its secrets are
+        redacted first, as a turn's."""
+        named = redacted_fields.person_name(name, self.agent_config(agent).redact)
         with self._people.hold((agent, phone)):
-            return self._store.set_name(agent, phone, name, name_words(name))
+            return self._store.set_name(agent, phone, *named)
 
     def clear_person_name(self, agent: str, phone: str) -> bool:
         with self._people.hold((agent, phone)):
@@ -717,7 +723,7 @@ class MemoryService:
         returned as it is, and nothing was written. With `supersedes`, the memory replaces
         that one (of this agent and person, current; else InvalidSupersedes or
         AlreadySuperseded) in the same transaction, or when approved if it starts pending.
-        Its content's secrets are redacted first, as a turn's."""
+        Its content's, metadata's and scope ids' secrets are redacted first, as a turn's."""
         now = self.now()
         kinds = self.agent_config(agent).redact
         memory = Memory(
@@ -730,9 +736,9 @@ class MemoryService:
             confidence=confidence,
             source=source,
             metadata=redact_json(dict(metadata or {}), kinds),
-            session_id=session_id,
-            task_id=task_id,
-            graph_id=graph_id,
+            session_id=redacted_fields.optional(session_id, kinds),
+            task_id=redacted_fields.optional(task_id, kinds),
+            graph_id=redacted_fields.optional(graph_id, kinds),
             source_turns=list(source_turns or []),
             seen_count=1,
             created_at=now,

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
 from embeddings.index import Hit, quote
+from server import redacted_fields
 from server.agent_settings import AgentSettings
 from server.clock import Clock, format_time, utc_now
 from server.errors import NotFound
@@ -73,6 +74,8 @@ class MemoryBook:
         limit: int = 100,
         offset: int = 0,
     ) -> tuple[list[Memory], int, int]:
+        """A page of the agent's memories; scope ids are looked up as stored (redacted)."""
+        where = redacted_fields.memory_filter(where, self._agents.resolve(agent).redact)
         return self._store.list_memories(
             agent, where, order_by=order_by, descending=descending, limit=limit, offset=offset
         )
@@ -167,7 +170,14 @@ class MemoryBook:
     def search(self, agent: str, q: MemoryQuery) -> list[Scored]:
         """Best first: cosine at or above the threshold (semantic), full text (keyword), or
         both fused by score (hybrid). Filters apply inside LanceDB; metadata, which
-        the index does not hold, is checked on a wider candidate set."""
+        the index does not hold, is checked on a wider candidate set. Scope ids and metadata
+        are looked up as they were stored (redacted)."""
+        kinds = self._agents.resolve(agent).redact
+        q = replace(
+            q,
+            where=redacted_fields.memory_filter(q.where, kinds),
+            metadata=redacted_fields.metadata_filter(q.metadata, kinds),
+        )
         depth = q.limit if not q.metadata else min(1000, q.limit * 20)
         where = self._where(agent, q)
         space = self._indexer.space

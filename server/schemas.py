@@ -58,7 +58,12 @@ class MessageCreate(Strict):
     role: Literal["user", "assistant"] = Field(description="Who spoke the turn.")
     content: str = Field(description="The turn's text, 1 to 32,000 characters.")
     event_id: str | None = Field(
-        None, min_length=1, max_length=256, description="Webhook event id; a retry stores nothing."
+        None,
+        min_length=1,
+        max_length=256,
+        description="Webhook event id; a retry stores nothing. Stored redacted as the content"
+        " is (an id with no secret in it stays as sent); a retry is recognised by that"
+        " redacted form.",
     )
     number: str | None = Field(
         None,
@@ -73,8 +78,8 @@ class MessageCreate(Strict):
         max_length=NAME_CHARS,
         description="The person's name as the messaging provider gives it (a WhatsApp profile"
         " name): stored as theirs when it differs from the one stored (see PUT .../name),"
-        " without its control and format characters; one that is then no name is ignored,"
-        " never a reason to refuse the turn.",
+        " without its control and format characters and with its secrets redacted as the"
+        " content's; one that is then no name is ignored, never a reason to refuse the turn.",
     )
 
 
@@ -184,7 +189,7 @@ class PersonNameIn(Strict):
 
     name: str = Field(
         description="The name the agent knows the person by: 1 to 100 characters with a"
-        " letter, spaces collapsed.",
+        " letter, spaces collapsed; its secrets redacted as a turn's.",
         max_length=NAME_CHARS,
     )
 
@@ -656,11 +661,20 @@ class MemoryCreate(Strict):
         default_factory=dict,
         description="Any JSON object, at most MEMORY_MAX_METADATA_BYTES (16 KiB) as compact"
         " JSON (413 metadata_too_large) and MEMORY_MAX_METADATA_DEPTH (10) levels deep (422"
-        " metadata_too_deep).",
+        " metadata_too_deep). Its keys and values (numbers too) are redacted as the content.",
     )
-    session_id: str | None = Field(None, min_length=1, max_length=SCOPE_ID_CHARS)
-    task_id: str | None = Field(None, min_length=1, max_length=SCOPE_ID_CHARS)
-    graph_id: str | None = Field(None, min_length=1, max_length=SCOPE_ID_CHARS)
+    session_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=SCOPE_ID_CHARS,
+        description="Redacted as the content; a filter by the id as sent finds it.",
+    )
+    task_id: str | None = Field(
+        None, min_length=1, max_length=SCOPE_ID_CHARS, description="As session_id."
+    )
+    graph_id: str | None = Field(
+        None, min_length=1, max_length=SCOPE_ID_CHARS, description="As session_id."
+    )
     supersedes: str | None = Field(
         None,
         min_length=1,

@@ -9,6 +9,7 @@ from fastapi.responses import PlainTextResponse
 
 from server import __version__
 from server.deps import PrincipalDep, ServicesDep
+from server.redaction import KINDS, redact
 from server.schemas import ConnectionsOut, Health, UpgradeOut
 
 router = APIRouter(tags=["operations"])
@@ -37,7 +38,8 @@ def health(services: ServicesDep) -> Health:
         )
     return Health(
         status="degraded" if problems else "ok",
-        problems=problems,
+        # An error's text may quote what failed (a row, a model's answer); /health needs no key.
+        problems=[redact(p, KINDS) for p in problems],
         index_lag=services.store.outbox_size(),
         model=services.indexer.space.encoder.name,
         version=__version__,
