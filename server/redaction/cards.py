@@ -22,7 +22,7 @@ from server.redaction.words import GAP_CHARS, names_card
 DOTS = "••••"
 
 # Groups of digits with short runs of separators between them.
-_RUN = re.compile(r"\d+(?:[ \t\n.\-/,_()*]{1,4}\d+)*")
+_RUN = re.compile(r"\d+(?:[ \t\n.\-/,_()*→]{1,4}\d+)*")
 _GROUP = re.compile(r"\d+")
 MAX_GROUPS = 19  # digit by digit
 MAX_MULTI_GROUP = 6  # a group of a card written in groups has at most 6 digits (Amex: 4-6-5)
@@ -115,7 +115,8 @@ def _cards_in_run(scan: Scan, run: re.Match[str]) -> None:
             j = bisect.bisect_left(offsets, first + size) - 1
             if j >= len(groups) or offsets[j + 1] != first + size or j - i >= MAX_GROUPS:
                 continue
-            if not _card_shape(groups, offsets, cores, i, j) or not sums.valid(first, first + size):
+            shaped = _card_shape(groups, offsets, cores, i, j, named)
+            if not shaped or not sums.valid(first, first + size):
                 continue
             if glued or (phone and i == 0 and size < 16 and not named):
                 continue
@@ -140,16 +141,26 @@ def _core(separator: str) -> str:
 
 
 def _card_shape(
-    groups: list[tuple[int, int]], offsets: list[int], cores: list[str], i: int, j: int
+    groups: list[tuple[int, int]],
+    offsets: list[int],
+    cores: list[str],
+    i: int,
+    j: int,
+    named: bool,
 ) -> bool:
-    """Whether groups i..j are written as one card: one kind of separator between all of
-    them ("4111 1111-1111 1111" is two numbers), and no group of more than six digits when
-    there are several (two phone numbers are not a card)."""
+    """Whether groups i..j are written as one card: no group of more than six digits when
+    there are several (two phone numbers are not a card), and one kind of separator between
+    all of them ("4111 1111-1111 1111" is two numbers) unless the clause names a card or the
+    groups are a card's own (4-4-4-4, 4-6-5)."""
     if i == j:
         return True
-    if len(set(cores[i:j])) > 1:
+    sizes = [offsets[k + 1] - offsets[k] for k in range(i, j + 1)]
+    if any(size > MAX_MULTI_GROUP for size in sizes):
         return False
-    return all(offsets[k + 1] - offsets[k] <= MAX_MULTI_GROUP for k in range(i, j + 1))
+    return named or len(set(cores[i:j])) == 1 or sizes in _CARD_LAYOUTS
+
+
+_CARD_LAYOUTS = ([4, 4, 4, 4], [4, 6, 5], [4, 4, 4, 4, 3], [4, 6, 4], [4, 4, 4, 4, 2])
 
 
 # -- CVVs --------------------------------------------------------------------------------------
@@ -160,9 +171,10 @@ _CVV_WORDS = (
     r"(?:\s+(?:de|do|da)\s+(?:la\s+|mi\s+|meu\s+|minha\s+)?(?:tarjeta|cartao))?|"
     r"codigo\s+(?:de\s+)?(?:verificacion|verificacao|validacion|validacao)\s+(?:de|do|da)\s+"
     r"(?:la\s+|mi\s+|meu\s+|minha\s+|o\s+)?(?:tarjeta|cartao)|"
-    r"(?:el|lo|o|os|los|the\s+one)\s+(?:de\s+|do\s+|on\s+the\s+)?(?:atras|tras|detras|back)\b|"
+    r"(?:el|lo|o|os|los|las|the\s+one)\s+(?:\d\s+)?(?:de\s+|do\s+|on\s+the\s+)?"
+    r"(?:atras|tras|detras|back)\b|(?:back|rear|reverse)\s+(?:code|number|numbers|digits)|"
     r"security\s+code|card\s+(?:verification|security)\s+(?:code|value|number)|"
-    r"(?:codigo|numero|numeros|digitos|numerinhos|code|number|numbers|digits)\s+"
+    r"(?:codigo|numero|numeros|numeritos|digitos|numerinhos|code|number|numbers|digits)\s+"
     r"(?:de\s+|do\s+|del\s+|da\s+|on\s+the\s+|in\s+the\s+|at\s+the\s+)?"
     r"(?:atras|tras|detras|reverso|verso|dorso|back|costas)|"
     r"(?:(?:los|las|os|as|the|esos|those)\s+)?(?:\d|tres|cuatro|quatro|three|four)\s+"
@@ -173,14 +185,14 @@ _CVV_WORDS = (
 )
 _CVV = re.compile(
     rf"(?:{_CVV_WORDS})\b(?:{GAP_CHARS}){{0,40}}?(?<![\d.,])"
-    r"(\d(?:[ .\-]?\d){2,3})(?![\d/:]|[.,\-]\d)"
+    r"(\d{3,4}|\d(?:(?:\s*+[,.\-/→]\s*+|\s++)\d){2,3})(?![\d/:]|[.,\-]\d)"
 )
 _CARD_MASK = MASKS["card"]
 _CVV_AFTER_CARD = re.compile(
     rf"{_CARD_MASK}[\s,;:/\-]*+(?:(?:exp\w*|cad\w*|venc\w*|valid\w*|val\.?)[\s.:]*+)?"
     r"(?:\d{2}\s*+(?:/\s*+)?\d{2,4}[\s,;:\-]++|\d\s*+/\s*+\d{2,4}[\s,;:\-]*+)?"
     r"(?:(?:cvv|cvc|y|and|e)[\s.:]*+)?"
-    r"(?<!\d)(\d{3,4}|\d(?:[ .\-]\d){2,3})(?![\d/])"
+    r"(?<!\d)(\d{3,4}|\d(?:(?:\s*+[,.\-/→]\s*+|\s++)\d){2,3})(?![\d/])"
 )
 
 

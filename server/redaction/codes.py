@@ -14,7 +14,12 @@ from __future__ import annotations
 import re
 
 from server.redaction.text import MASKED, Scan
-from server.redaction.words import clause_before, ordinary_named, since_last_number
+from server.redaction.words import (
+    clause_before,
+    ordinary_named,
+    secret_named,
+    since_last_number,
+)
 
 _KEYWORD = re.compile(
     r"(?:codigos?|codes?|otp|pin|nip|passcode|token|clave|contrasena|senha|password|"
@@ -23,7 +28,7 @@ _KEYWORD = re.compile(
 )
 SHORT_GAP, LONG_GAP = 40, 80
 # A number: groups of digits with short separators, not part of a word, an amount or a path.
-_NUMBER = r"(?<![\w+/€$£#])(?<!\d[.,:])\d{1,8}(?:[ .\-]{1,3}\d{1,8}){0,11}(?![\w/:€$£%]|[.,]\d)"
+_NUMBER = r"(?<![\w+/€$£#])(?<!\d[.,:])\d{1,8}(?:[ .\-→]{1,3}\d{1,8}){0,11}(?![\w/:€$£%]|[.,]\d)"
 _GAP_END = re.compile(rf"[\d\[.!?;{MASKED}]")  # where the words after a keyword stop
 _NUMBER_AT = re.compile(_NUMBER)
 # Words that introduce the number at the end of a long gap ("... por SMS al celular fue el").
@@ -49,7 +54,6 @@ _BY_SMS = re.compile(
     r"(?:sms|mensaje\s+de\s+texto|mensagem|text(?:\s+message)?)\b"
 )
 _GROUPS = re.compile(r"\d+")
-_SEPARATOR = re.compile(r"[ .\-]+")
 _UNITS = (
     "€", "eur", "usd", "$", "pesos", "euros", "reais", "r$", "km", "kg", "segundo", "second",
     "minuto", "minute", "hora", "hour", "dia", "day", "ms", "mb", "gb", "unidades", "units",
@@ -76,9 +80,11 @@ def find_codes(scan: Scan) -> None:
         span = _code_span(fold, match.start(), match.end())
         if span is None or scan.claimed(*span):
             continue
-        if ordinary_named(gap) or _QUANTITY.search(gap) or _after_is_ordinary(fold, span[1]):
+        before = since_last_number(clause_before(fold, keyword.start(), 40))
+        secret = secret_named(before)
+        if (ordinary_named(gap) and not secret) or _QUANTITY.search(gap):
             continue
-        if ordinary_named(since_last_number(clause_before(fold, keyword.start(), 40))):
+        if _after_is_ordinary(fold, span[1]) or (ordinary_named(before) and not secret):
             continue
         if _dated_year(fold, span[0]):
             continue
@@ -98,6 +104,8 @@ def _code_span(fold: str, start: int, end: int) -> tuple[int, int] | None:
     written as one code (one group of 4-8 digits; 3-4 digit groups up to 12 digits; pairs or
     single digits up to 8) and is not a date."""
     groups = [(m.start(), m.end()) for m in _GROUPS.finditer(fold, start, end)]
+    if _is_date(fold[start:end]):
+        return None
     sizes = [e - s for s, e in groups]
     best = None
     for last in range(len(groups)):
@@ -124,9 +132,11 @@ def _code_span(fold: str, start: int, end: int) -> tuple[int, int] | None:
 
 
 def _is_date(written: str) -> bool:
-    """12.03.26, 2024-05-01, 12/03/2026: day, month and year in either order."""
+    """12.03.26, 2024-05-01, 12/03/2026: day, month and year in either order, with one of
+    a date's separators."""
     parts = [int(p) for p in _GROUPS.findall(written)]
-    if len(parts) != 3:
+    separators = set(_GROUPS.split(written)[1:-1])
+    if len(parts) != 3 or len(separators) != 1 or separators.pop().strip() not in ("/", "-", "."):
         return False
     day, month, year = parts
     if 1 <= day <= 31 and 1 <= month <= 12:

@@ -19,8 +19,9 @@ from server.redaction.words import GAP_CHARS
 
 _S = r"[ .\-]?"  # one optional separator between any two characters
 # Spain's DNI: 8 digits and a check letter; NIE: X/Y/Z, 7 digits and a check letter.
-_DNI = re.compile(rf"(\d(?<![\w+.,]\d)(?:{_S}\d){{7}})({_S}[a-zA-Z])(?!\w)")
-_NIE = re.compile(rf"([xyzXYZ](?<![\w+.,][xyzXYZ]){_S}\d(?:{_S}\d){{6}})({_S}[a-zA-Z])(?!\w)")
+_L = r"(?:\s?[.\-]\s?|\s)?"  # before the check letter: a space, a dot or a dash, " - "
+_DNI = re.compile(rf"(\d(?<![\w+.,]\d)(?:{_S}\d){{7}})({_L}[a-zA-Z])(?!\w)")
+_NIE = re.compile(rf"([xyzXYZ](?<![\w+.,][xyzXYZ]){_S}\d(?:{_S}\d){{6}})({_L}[a-zA-Z])(?!\w)")
 # On the fold view (lower case): CURP and RFC each hold six digits in a row (a date).
 _CURP = re.compile(rf"(?<!\w)[a-z]{{4}}{_S}\d{{6}}{_S}[hmx]{_S}[a-z]{{5}}{_S}[a-z0-9]{_S}\d(?!\w)")
 _RFC = re.compile(rf"(?<!\w)[a-z&]{{3,4}}{_S}\d{{6}}{_S}[a-z0-9]{{3}}(?!\w)")
@@ -29,7 +30,7 @@ _CUIT = re.compile(r"\d(?<![\w+.,]\d)\d[ .\-]\d{8}[ .\-]\d(?![\w]|[.,]\d)")
 _CUIT_DOTTED = re.compile(r"\d(?<![\w+.,]\d)\d[ .\-]\d{1,2}\.\d{3}\.\d{3}[ .\-]\d(?![\w]|[.,]\d)")
 _CPF = re.compile(r"\d(?<![\w+.,]\d)\d{2}\.?\d{3}\.?\d{3}-\d{2}(?![\w]|[.,]\d)")
 _ID_WORD = (
-    r"dni|d\.n\.i\.?|nif|nie|documento(?:\s+(?:de\s+identidad|nacional(?:\s+de\s+identidad)?))?|"
+    r"dni|d\.n\.i\.?|nif|nie|tie|extranjero|extranjeria|residencia|documento(?:\s+(?:de\s+identidad|nacional(?:\s+de\s+identidad)?))?|"
     r"cedula|c\.?\s?c\.?|identidad|id|cuit|cuil|cpf|rg|curp|rfc|ine|pasaporte"
 )
 _NAMED = re.compile(

@@ -23,7 +23,7 @@ _MODIFIER = (
     r"para\s+\w+|pra\s+\w+|for\s+(?:the\s+|my\s+)?\w+|of\s+(?:the\s+|my\s+)?\w+"
 )
 _INTRO = (
-    r"\s*+[:=]\s*+|\s*+(?:->|=>)\s*+|"
+    r"\s*+[:=→]\s*+|\s*+(?:->|=>)\s*+|\s++(?=[\"'«“\u2018`„])|"
     r"\s++(?P<verb>es|is|era|was|fue|sera|e|eh|foi|sigue\s++siendo|continua\s++sendo)"
     r"(?:\s*+:)?\s++|[^\S\n]*+\n\s*+|\s++(?=[^\s\d]*+\d)"
 )

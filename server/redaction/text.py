@@ -5,7 +5,7 @@ The rules never read the text as written. They read two views of it, of the same
 - `view`: Unicode compatibility forms folded (NFKC: full-width letters and colons to ASCII),
   every decimal digit of any script as its ASCII digit (full-width, Arabic-Indic), every kind
   of space as a space, format characters (zero-width spaces and joiners) and combining marks
-  removed, emoji and other symbols as a space, arrows as a colon ("clave ➡️ x" reads "clave : x");
+  removed, emoji and other symbols as a space, every arrow as "→";
 - `fold`: the view in lower case without accents ("Código" reads "codigo"), for keywords.
 Each character of the views knows where it came from, so a placeholder replaces exactly the
 span of the original the rule found, whatever was normalised inside it.
@@ -35,6 +35,9 @@ MASKS: dict[str, str] = {
 MASKED = "\ue000-\ue007"  # for character classes: [^...{MASKED}]
 
 _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+# Every arrow reads as this one: between digit groups a separator, after a password's word
+# what introduces it ("clave ➡️ x").
+ARROW = "→"
 _ARROWS = frozenset("➡→⇒⟶➔➜➝➞➟➠➤➥➦⮕⭢👉▶►")
 
 
@@ -46,7 +49,7 @@ def _normal(ch: str) -> tuple[str, str]:
         return digit, digit
     category = unicodedata.category(ch)
     if ch in _ARROWS:
-        return ":", ":"
+        return ARROW, ARROW
     if ch in "ºª°":  # ordinals and degrees, as written ("3ºB", "20°C")
         return ch, ch
     if category in ("Cf", "Mn", "Me"):  # zero-width characters, variation selectors, accents

@@ -46,7 +46,7 @@ _ORDINARY = re.compile(rf"\b(?:{ORDINARY})\b")
 # Words that date a number, or say it expired: "caduca el 2025", "expired on 2024-05-01".
 _DATING = re.compile(
     r"\b(?:expira|expiro|expirou|expires?|expired|caduca|caduco|vence|vencio|venceu|validez|"
-    r"validade|valid until|desde|since|until|hasta|ate)\b"
+    r"validade|valid until|desde|since|until|hasta|ate|antes|before|after|despues|depois)\b"
 )
 # A purpose with a verb ("el código para recoger el pedido", "the code to pick up the order"):
 # an ordinary noun after it is what the secret is for, not what the number is.
@@ -57,14 +57,26 @@ _PURPOSE = re.compile(
 )
 
 
+# Nouns that make a code a secret whatever it is for ("the collection code for my order",
+# "código de verificación del pedido").
+_SECRET_PURPOSE = re.compile(
+    r"\b(?:collection|pickup|pick-up|pick\s+up|retirada|retiro|recogida|recoleccion|coleta|"
+    r"entrega|delivery|desbloqueo|desbloqueio|unlock|acceso|acesso|access|login|ingreso|"
+    r"seguridad|seguranca|security|confirmacion|confirmacao|confirmation|verificacion|"
+    r"verificacao|verification|autorizacion|autorizacao|authorization|activacion|ativacao|"
+    r"activation|validacion|validacao|otp|sms|2fa|one-time|un\s+solo\s+uso|dinamica|dinamico)\b"
+)
+
+
 def ordinary_named(words: str) -> bool:
     """Whether these words (a keyword's gap, a clause before a number) name an ordinary number
-    for itself, and not as the purpose of a secret ("para retirar el pedido")."""
+    for itself, and not as the purpose of a secret ("para retirar el pedido", "the collection
+    code for my order")."""
     found = _ORDINARY.search(words) or _DATING.search(words)
     if found is None:
         return False
-    purpose = _PURPOSE.search(words, 0, found.start())
-    return purpose is None
+    before = words[: found.start()]
+    return _PURPOSE.search(before) is None and _SECRET_PURPOSE.search(before) is None
 
 
 def clause_before(fold: str, start: int, width: int) -> str:
@@ -91,3 +103,8 @@ def names_card(fold: str, start: int, end: int) -> bool:
 
 
 GAP_CHARS = rf"[^\d{MASKED}\[]"  # what may stand between a keyword and its number
+
+
+def secret_named(words: str) -> bool:
+    """Whether these words name what a secret code is for ("de retirada", "verification")."""
+    return _SECRET_PURPOSE.search(words) is not None
