@@ -16,6 +16,7 @@ from stdnum.ar import cbu
 from stdnum.exceptions import ValidationError
 from stdnum.util import get_cc_module
 
+from server.redaction.anchors import anchors, number_windows
 from server.redaction.cards import DOTS
 from server.redaction.text import Scan
 from server.redaction.words import GAP_CHARS
@@ -42,22 +43,10 @@ def find_accounts(scan: Scan) -> None:
     _ibans(scan)
     scan.settle()
     fold = scan.fold
-    if not any(
-        word in fold
-        for word in (
-            "cbu",
-            "cvu",
-            "clabe",
-            "spei",
-            "cuenta",
-            "conta",
-            "account",
-            "transfer",
-            "deposit",
-        )
-    ):
-        return
-    for match in _ACCOUNT.finditer(fold):
+    for start, _ in anchors(scan, "account"):
+        match = _ACCOUNT.match(fold, start)
+        if match is None:
+            continue
         number = "".join(ch for ch in match.group(1) if ch.isdigit())
         if len(number) == 22 and _valid(cbu, number):
             scan.claim(match.start(1), match.end(1), f"[CBU {DOTS}{number[-4:]}]", "iban")
@@ -85,7 +74,11 @@ def _valid(module: object, number: str) -> bool:
 def _ibans(scan: Scan) -> None:
     fold = scan.fold
     last = 0
-    candidates = _IBAN.finditer(scan.view)
+    candidates = (
+        match
+        for start, end in number_windows(scan, 8, 16, 16)
+        for match in _IBAN.finditer(scan.view, start, end)
+    )
     # Verdicts of python-stdnum for this text only: an IBAN written a thousand times is
     # checked once, and no secret outlives the call.
     verdicts: dict[str, bool] = {}

@@ -16,13 +16,12 @@ from itertools import accumulate
 
 from stdnum import ean, luhn
 
+from server.redaction.anchors import anchors, number_runs
 from server.redaction.text import MASKS, Scan
 from server.redaction.words import GAP_CHARS, names_card
 
 DOTS = "••••"
 
-# Groups of digits with short runs of separators between them.
-_RUN = re.compile(r"\d+(?:[ \t\n.\-/,_()*→]{1,4}\d+)*")
 _GROUP = re.compile(r"\d+")
 MAX_GROUPS = 19  # digit by digit
 MAX_MULTI_GROUP = 6  # a group of a card written in groups has at most 6 digits (Amex: 4-6-5)
@@ -83,16 +82,15 @@ class _LuhnSums:
 
 
 def find_cards(scan: Scan) -> None:
-    for run in _RUN.finditer(scan.view):
-        if run.end() - run.start() >= 12:
-            _cards_in_run(scan, run)
+    for start, end, digits in number_runs(scan):
+        if digits >= 12:
+            _cards_in_run(scan, start, end)
     scan.settle()
 
 
-def _cards_in_run(scan: Scan, run: re.Match[str]) -> None:
+def _cards_in_run(scan: Scan, base: int, run_end: int) -> None:
     view, fold = scan.view, scan.fold
-    base = run.start()
-    groups = [(g.start() + base, g.end() + base) for g in _GROUP.finditer(run.group())]
+    groups = [(g.start(), g.end()) for g in _GROUP.finditer(view, base, run_end)]
     digits = "".join(view[start:end] for start, end in groups)
     if len(digits) < 12:
         return
@@ -100,10 +98,10 @@ def _cards_in_run(scan: Scan, run: re.Match[str]) -> None:
     cores = [_core(view[groups[k][1] : groups[k + 1][0]]) for k in range(len(groups) - 1)]
     sums = _LuhnSums(digits)
     before = view[base - 1] if base else " "
-    after = view[run.end()] if run.end() < len(view) else " "
+    after = view[run_end] if run_end < len(view) else " "
     glued = before.isalpha() and after.isalpha()  # an identifier: "LX4111...ES"
     phone = before == "+"
-    named = names_card(fold, base, run.end())
+    named = names_card(fold, base, run_end)
     i = 0
     while i < len(groups):
         first = offsets[i]
@@ -196,18 +194,19 @@ _CVV_AFTER_CARD = re.compile(
 )
 
 
-# Every CVV's words hold one of these (a text without them has no CVV named).
-_CVV_HINT = re.compile(
-    r"c[vca][vcn]|cid|csc|seg|atras|\btras|verso|dorso|back|costas|security|verifica"
-)
-
-
 def find_cvvs(scan: Scan) -> None:
     fold = scan.fold
-    for match in _CVV.finditer(fold) if _CVV_HINT.search(fold) else ():
-        if match.start() and (fold[match.start() - 1].isalnum() or fold[match.start() - 1] == "["):
+    searched = 0  # each anchor's window starts where the last one's search ended
+    for start, end in anchors(scan, "cvv"):
+        window = max(searched, start - 50)
+        if end <= window:
             continue
-        scan.claim(match.start(1), match.end(1), "[CVV]", "cvv")
+        for match in _CVV.finditer(fold, window, min(len(fold), end + 60)):
+            searched = match.end()
+            before = fold[match.start() - 1] if match.start() else " "
+            if before.isalnum() or before == "[" or scan.claimed(match.start(1), match.end(1)):
+                continue
+            scan.claim(match.start(1), match.end(1), "[CVV]", "cvv")
     if _CARD_MASK in fold:
         for match in _CVV_AFTER_CARD.finditer(fold):
             if not scan.claimed(match.start(1), match.end(1)):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+from server.redaction.anchors import anchors
 from server.redaction.text import MASKED, Scan
 from server.redaction.words import (
     clause_before,
@@ -39,11 +40,10 @@ _TAIL = (
     r"(?:es|is|sera|was|era|e|eh|foi)\s++(?:o\s++|a\s++)?(?:tu|your|su|el|the|mi|my|seu|teu|sua)"
     r"\s++(?:[a-z]+\s++){0,3}?(?:codigo|code|otp|pin|clave|passcode|senha)\b"
 )
-_CODE_TAIL = re.compile(_TAIL)
 _BEFORE_KEYWORD = re.compile(rf"(?P<number>{_NUMBER})\s*+(?:[,:\-]\s*+)?{_TAIL}")
 # "ingresa el 482913 para continuar", "use 482913 to verify", "me llegó el 482913 por SMS".
 _INSTRUCTED = re.compile(
-    r"\b(?:use|usa|usar|utiliza|utilize|introduce|introduzca|ingresa|ingrese|digita|digite|"
+    r"(?:use|usa|usar|utiliza|utilize|introduce|introduzca|ingresa|ingrese|digita|digite|"
     r"insira|insere|enter|type|escribe|escriba|informe|informa|teclea|marca|pon|ponga|coloca|"
     r"coloque)\s++(?:(?:el|o|the|este|this|esse)\s++)?(?P<number>"
     + _NUMBER
@@ -63,10 +63,9 @@ _UNITS = (
 
 def find_codes(scan: Scan) -> None:
     fold = scan.fold
-    for keyword in _KEYWORD.finditer(fold):
-        if keyword.start() and (
-            fold[keyword.start() - 1].isalnum() or fold[keyword.start() - 1] == "["
-        ):
+    for start, _ in anchors(scan, "code"):
+        keyword = _KEYWORD.match(fold, start)
+        if keyword is None:
             continue
         stop = _GAP_END.search(fold, keyword.end(), keyword.end() + LONG_GAP + 1)
         if stop is None or not fold[stop.start()].isdigit():
@@ -89,13 +88,19 @@ def find_codes(scan: Scan) -> None:
         if _dated_year(fold, span[0]):
             continue
         scan.claim(span[0], span[1], "[código]", "code")
-    tail = _CODE_TAIL.search(fold) is not None
-    sms = "sms" in fold or "mensaje" in fold or "mensagem" in fold or "text" in fold
-    for pattern, wanted in ((_BEFORE_KEYWORD, tail), (_INSTRUCTED, True), (_BY_SMS, sms)):
-        for match in pattern.finditer(fold) if wanted else ():
-            span = _code_span(fold, match.start("number"), match.end("number"))
-            if span is not None and not scan.claimed(*span):
-                scan.claim(span[0], span[1], "[código]", "code")
+    # A number before the words that name it ("482913 es tu código", "... por SMS"), or
+    # after a verb that hands it over ("ingresa el 482913 para continuar").
+    found = [
+        *(_BEFORE_KEYWORD.search(fold, max(0, s - 80), e) for s, e in anchors(scan, "tail")),
+        *(_BY_SMS.search(fold, max(0, s - 50), e) for s, e in anchors(scan, "sms")),
+        *(_INSTRUCTED.match(fold, s) for s, _ in anchors(scan, "verb")),
+    ]
+    for match in found:
+        if match is None:
+            continue
+        span = _code_span(fold, match.start("number"), match.end("number"))
+        if span is not None and not scan.claimed(*span):
+            scan.claim(span[0], span[1], "[código]", "code")
     scan.settle()
 
 

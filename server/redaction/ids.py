@@ -7,6 +7,7 @@ keyword; a bare CPF or CUIT (11 digits, like a phone number) only after theirs.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 from stdnum.ar import cuit
 from stdnum.br import cpf
@@ -14,6 +15,7 @@ from stdnum.es import dni, nie
 from stdnum.exceptions import ValidationError
 from stdnum.mx import curp, rfc
 
+from server.redaction.anchors import anchors, number_windows
 from server.redaction.text import Scan
 from server.redaction.words import GAP_CHARS
 
@@ -42,14 +44,13 @@ _ID_WORDS = re.compile(rf"(?:{_ID_WORD})\b")
 
 def find_ids(scan: Scan) -> None:
     view = scan.view
-    if not _SIX_DIGITS.search(view):
-        return
-    named_before = _named_spans(scan.fold)
-    for match in _NIE.finditer(view):
+    windows = number_windows(scan, 6, 10, 14)
+    named_before = [end for _, end in anchors(scan, "id")]
+    for match in _each(_NIE, view, windows):
         number = _compact(match.group(0)).upper()
         if _valid(nie, number) and _letter_ok(match, named_before):
             scan.claim(match.start(), match.end(), "[NIE]", "national_id")
-    for match in _DNI.finditer(view):
+    for match in _each(_DNI, view, windows):
         number = _compact(match.group(0)).upper()
         ok = _valid(dni, number) and _letter_ok(match, named_before)
         if ok and not scan.claimed(match.start(), match.end()):
@@ -61,10 +62,10 @@ def find_ids(scan: Scan) -> None:
         (_CUIT_DOTTED, cuit, "[CUIT]"),
         (_CPF, cpf, "[CPF]"),
     ]
-    if _DATE_DIGITS.search(fold):
+    if any(_DATE_DIGITS.search(fold, start, end) for start, end in windows):
         patterns = [(_CURP, curp, "[CURP]"), (_RFC, rfc, "[RFC]"), *patterns]
     for pattern, module, label in patterns:
-        for match in pattern.finditer(fold):
+        for match in _each(pattern, fold, windows):
             if scan.claimed(match.start(), match.end()):
                 continue
             number = _compact(scan.view[match.start() : match.end()]).upper()
@@ -79,15 +80,20 @@ def find_ids(scan: Scan) -> None:
     scan.settle()
 
 
-# Every id holds six digits with at most one separator between each two.
-_SIX_DIGITS = re.compile(r"\d(?:[ .\-]?\d){5}")
+def _each(
+    pattern: re.Pattern[str], text: str, windows: list[tuple[int, int]]
+) -> Iterator[re.Match[str]]:
+    """The pattern's matches within the windows (every id holds six digits or more)."""
+    for start, end in windows:
+        yield from pattern.finditer(text, start, end)
 
 
 def _named_ids(scan: Scan) -> None:
     """Numbers after an id's keyword: a bare CPF or CUIT (11 digits), Argentina's DNI."""
     fold = scan.fold
-    for match in _NAMED.finditer(fold):
-        if match.start() and fold[match.start() - 1].isalnum():
+    for start, _ in anchors(scan, "id"):
+        match = _NAMED.match(fold, start)
+        if match is None:
             continue
         word = match.group(0)[: match.start(1) - match.start()].strip().split()[0]
         number = "".join(ch for ch in match.group(1) if ch.isdigit())
@@ -100,15 +106,6 @@ def _named_ids(scan: Scan) -> None:
             label = "[DNI]"  # Argentina's DNI: no check, so only after its keyword
         if label and not scan.claimed(match.start(1), match.end(1)):
             scan.claim(match.start(1), match.end(1), label, "national_id")
-
-
-def _named_spans(fold: str) -> list[int]:
-    """Where each id keyword ends."""
-    return [
-        m.end()
-        for m in _ID_WORDS.finditer(fold)
-        if not m.start() or not fold[m.start() - 1].isalnum()
-    ]
 
 
 def _letter_ok(match: re.Match[str], named_ends: list[int]) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from server.redaction.anchors import anchors
 from server.redaction.text import Scan
 
 _WORD = (
@@ -39,7 +40,6 @@ _PASSWORD = re.compile(
     r"|(?:usuario|user(?:name)?|login)\b[^\n]{1,40}?\b(?:pass(?:word)?|clave|contrasena|pwd|"
     r"senha)(?:\s*+[:=])?\s++(?P<paired>[^\s\"'»”]{3,64})"
 )
-_ANY_WORD = re.compile(r"contrase|clave|pass|pwd|\bpw\b|senha")
 
 # Words after "mi contraseña es" that are not the password itself.
 NOT_A_PASSWORD = frozenset(
@@ -74,10 +74,9 @@ _NEXT_WORD = re.compile(r"[^\S\n]+[^\W\d]")
 
 def find_passwords(scan: Scan) -> None:
     fold = scan.fold
-    if not _ANY_WORD.search(fold):
-        return
-    for match in _PASSWORD.finditer(fold):
-        if match.start() and (fold[match.start() - 1].isalnum() or fold[match.start() - 1] == "["):
+    for start, _ in (*anchors(scan, "password"), *anchors(scan, "user")):
+        match = _PASSWORD.match(fold, start)
+        if match is None:
             continue
         verb = match.group("verb")
         if verb == "e" and scan.view[match.start("verb")] not in "éÉ":

@@ -19,6 +19,7 @@ import functools
 import re
 import unicodedata
 from dataclasses import dataclass
+from typing import Any
 
 # Characters the rules' spans are masked with once claimed, one per kind: a claimed span reads
 # as neither a word, a digit nor a space to the rules that come after (private use area).
@@ -35,6 +36,7 @@ MASKS: dict[str, str] = {
 MASKED = "\ue000-\ue007"  # for character classes: [^...{MASKED}]
 
 _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+_NON_ASCII_SPLIT = re.compile(r"([^\x00-\x7f]+)")
 # Every arrow reads as this one: between digit groups a separator, after a password's word
 # what introduces it ("clave ➡️ x").
 ARROW = "→"
@@ -102,17 +104,19 @@ class Scan:
     def __init__(self, text: str) -> None:
         self.text = text
         self.found: list[Found] = []
+        self.cache: dict[str, Any] = {}  # what the rules compute once a text
         self._pending: list[Found] = []
         self._starts: list[int] | None = None  # where each view character starts in text
         if text.isascii():
             self.view, self.fold = text, text.lower()
             return
-        runs = [_normal_run(run) for run in _NON_ASCII.findall(text)]
+        pieces = _NON_ASCII_SPLIT.split(text)  # ASCII, a run beyond it, ASCII, ...
+        parts = pieces[0::2]
+        runs = [_normal_run(run) for run in pieces[1::2]]
         if all(same for _, _, same in runs):
             # Every character stays one character (accents, full-width digits, spaces of
             # other kinds): each view character is where it was, and only the runs of
             # characters beyond ASCII are rewritten.
-            parts = _NON_ASCII.split(text)
             self.view = _interleave(parts, [view for view, _, _ in runs])
             fold = _interleave(parts, [fold for _, fold, _ in runs]).lower()
             if len(fold) == len(self.view):

@@ -82,8 +82,11 @@ def ordinary_named(words: str) -> bool:
 def clause_before(fold: str, start: int, width: int) -> str:
     """The words before `start` in its clause, at most `width` characters."""
     before = fold[max(0, start - width) : start]
-    ends = list(CLAUSE_END.finditer(before))
-    return before[ends[-1].end() :] if ends else before
+    last = _UP_TO_CLAUSE_END.match(before)
+    return before[last.end() :] if last else before
+
+
+_UP_TO_CLAUSE_END = re.compile(r".*(?:[.;!?](?:\s|$)|\n)", re.DOTALL)
 
 
 def since_last_number(words: str) -> str:
