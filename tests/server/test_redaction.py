@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001 (full-width digits and colons are what these tests are about)
 """Secrets are redacted before they are stored: each kind through the API, then every file of
 the data folder, the vector store, the model's prompts, exports and searches are read back."""
 
@@ -198,8 +199,14 @@ def test_no_input_of_the_largest_size_takes_long(text: str) -> None:
         ("código 4.8.2.9.1.3", "código [código]"),
         ("código 4️⃣8️⃣2️⃣9️⃣", "código [código]"),
         ("código 48\u200b29\u200b13", "código [código]"),
-        ("el código para recoger el paquete es 482913", "el código para recoger el paquete es [código]"),
-        ("o código para retirar a encomenda é 5521", "o código para retirar a encomenda é [código]"),
+        (
+            "el código para recoger el paquete es 482913",
+            "el código para recoger el paquete es [código]",
+        ),
+        (
+            "o código para retirar a encomenda é 5521",
+            "o código para retirar a encomenda é [código]",
+        ),
         # IBANs.
         ("ES 91 2100 0418 4502 0005 1332", "[IBAN ES91••••1332]"),
         ("ES91.2100.0418.4502.0005.1332", "[IBAN ES91••••1332]"),
