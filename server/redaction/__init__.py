@@ -69,7 +69,7 @@ _STEPS: dict[str, Callable[[Scan], None]] = {
 _PLACEHOLDER = re.compile(
     r"\[(?:(?P<card>tarjeta ••••\d{4})|(?P<cvv>CVV)|(?P<code>código)|"
     r"(?P<iban>(?:IBAN [A-Z]{2}\d{2}|CBU |CLABE )••••[A-Z0-9]{4})|"
-    r"(?P<national_id>DNI|NIE|CURP|RFC|CUIT|CPF)|(?P<password>contraseña)|"
+    r"(?P<national_id>DNI|NIE|CURP|RFC|CUIT|CPF|RUT)|(?P<password>contraseña)|"
     r"(?P<email>email ••••@[^\]\s]{1,255})|(?P<address>dirección))\]"
 )
 _DIGIT = re.compile(r"\d")

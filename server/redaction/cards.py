@@ -175,7 +175,8 @@ _CVV_WORDS = (
     r"(?:codigo|numero|numeros|numeritos|digitos|numerinhos|code|number|numbers|digits)\s+"
     r"(?:de\s+|do\s+|del\s+|da\s+|on\s+the\s+|in\s+the\s+|at\s+the\s+)?"
     r"(?:atras|tras|detras|reverso|verso|dorso|back|costas)|"
-    r"(?:(?:los|las|os|as|the|esos|those)\s+)?(?:\d|tres|cuatro|quatro|three|four)\s+"
+    r"(?:(?:los|las|os|as|the|esos|those)\s+)?(?:(?:ultimos|last|primeros|first)\s+)?"
+    r"(?:\d|tres|cuatro|quatro|three|four)\s+"
     r"(?:numeros|numerinhos|digitos|numbers|digits|numeritos)\s+"
     r"(?:de\s+|do\s+|del\s+|da\s+|on\s+the\s+|in\s+the\s+|at\s+the\s+)?"
     r"(?:atras|tras|detras|reverso|verso|dorso|back|costas)(?:\s+(?:de|do|da|of)\s+"
@@ -187,9 +188,12 @@ _CVV = re.compile(
 )
 _CARD_MASK = MASKS["card"]
 _CVV_AFTER_CARD = re.compile(
-    rf"{_CARD_MASK}[\s,;:/\-]*+(?:(?:exp\w*|cad\w*|venc\w*|valid\w*|val\.?)[\s.:]*+)?"
-    r"(?:\d{2}\s*+(?:/\s*+)?\d{2,4}[\s,;:\-]++|\d\s*+/\s*+\d{2,4}[\s,;:\-]*+)?"
-    r"(?:(?:cvv|cvc|y|and|e)[\s.:]*+)?"
+    # The expiry (after its word, its digits are the expiry whatever their shape), then a
+    # CVV's word or "y", then the CVV.
+    rf"{_CARD_MASK}[\s,;:/\-]*+"
+    r"(?:(?:exp\w*|cad\w*|venc\w*|valid\w*|val\.?)[\s.:]*+\d{1,2}\s*+(?:[/\-]\s*+)?\d{2,4}"
+    r"[\s,;:\-]++|\d{2}\s*+(?:/\s*+)?\d{2,4}[\s,;:\-]++|\d\s*+/\s*+\d{2,4}[\s,;:\-]*+)?"
+    r"(?:(?:cvv2?|cvc2?|cod(?:igo)?\.?|code|sec|seg|y|and|e)[\s.:]*+)?"
     r"(?<!\d)(\d{3,4}|\d(?:(?:\s*+[,.\-/→]\s*+|\s++)\d){2,3})(?![\d/])"
 )
 

@@ -1,5 +1,6 @@
 """National ids, each confirmed by its check in python-stdnum: Spain's DNI and NIE, Mexico's
-CURP and RFC, Argentina's CUIT/CUIL, Brazil's CPF; written with spaces, dots or dashes in any
+CURP and RFC, Argentina's CUIT/CUIL, Brazil's CPF, Chile's RUT; written with spaces, dots or
+dashes in any
 place, a lower-case letter or none. Argentina's DNI (7-8 digits, no check) only after its
 keyword; a bare CPF or CUIT (11 digits, like a phone number) only after theirs.
 """
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 
 from stdnum.ar import cuit
 from stdnum.br import cpf
+from stdnum.cl import rut
 from stdnum.es import dni, nie
 from stdnum.exceptions import ValidationError
 from stdnum.mx import curp, rfc
@@ -30,6 +32,8 @@ _RFC = re.compile(rf"(?<!\w)[a-z&]{{3,4}}{_S}\d{{6}}{_S}[a-z0-9]{{3}}(?!\w)")
 _DATE_DIGITS = re.compile(r"\d{6}")
 _CUIT = re.compile(r"\d(?<![\w+.,]\d)\d[ .\-]\d{8}[ .\-]\d(?![\w]|[.,]\d)")
 _CUIT_DOTTED = re.compile(r"\d(?<![\w+.,]\d)\d[ .\-]\d{1,2}\.\d{3}\.\d{3}[ .\-]\d(?![\w]|[.,]\d)")
+# Chile's RUT: 12.345.678-5 (the check may be K).
+_RUT = re.compile(r"\d(?<![\w+.,]\d)\d?\.\d{3}\.\d{3}-[\dk](?![\w]|[.,]\d)")
 _CPF = re.compile(r"\d(?<![\w+.,]\d)\d{2}\.?\d{3}\.?\d{3}-\d{2}(?![\w]|[.,]\d)")
 _ID_WORD = (
     r"dni|d\.n\.i\.?|nif|nie|tie|extranjero|extranjeria|residencia|documento(?:\s+(?:de\s+identidad|nacional(?:\s+de\s+identidad)?))?|"
@@ -61,6 +65,7 @@ def find_ids(scan: Scan) -> None:
         (_CUIT, cuit, "[CUIT]"),
         (_CUIT_DOTTED, cuit, "[CUIT]"),
         (_CPF, cpf, "[CPF]"),
+        (_RUT, rut, "[RUT]"),
     ]
     if any(_DATE_DIGITS.search(fold, start, end) for start, end in windows):
         patterns = [(_CURP, curp, "[CURP]"), (_RFC, rfc, "[RFC]"), *patterns]

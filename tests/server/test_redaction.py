@@ -228,6 +228,16 @@ def test_no_input_of_the_largest_size_takes_long(text: str) -> None:
         ("CPF 11144477735", "CPF [CPF]"),
         ("mi DNI es 30.123.456", "mi DNI es [DNI]"),
         ("mi clabe es 0321 8000 0118 3597 19", "mi clabe es [CLABE ••••9719]"),
+        ("mi RUT es 12.345.678-5", "mi RUT es [RUT]"),
+        # The digits after an expiry's word are the expiry, whatever their shape.
+        (
+            "num tarjeta 4111111111111111 venc 1225 cod 123",
+            "num tarjeta [tarjeta ••••1111] venc 1225 cod [CVV]",
+        ),
+        (
+            "los últimos tres dígitos del reverso: 456",
+            "los últimos tres dígitos del reverso: [CVV]",
+        ),
     ],
 )
 def test_secrets_written_as_people_type_them(text: str, expected: str) -> None:
