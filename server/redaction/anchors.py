@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from server.redaction.text import Scan
+from server.redaction.text import MASKED, Scan
 
 # Each word (or stem) and the rules it is an anchor for.
 _RULES: dict[str, tuple[str, ...]] = {}
@@ -71,7 +71,7 @@ def _trie(words: list[str]) -> str:
 
 # (Not inside another word or a placeholder: the lookbehind first is also the fastest form,
 # since most places of a text are inside a word.)
-_ANCHOR = re.compile(r"(?<![a-z0-9\[])" + _trie(list(_RULES)))
+_ANCHOR = re.compile(rf"(?<![a-z0-9\[{MASKED}])" + _trie(list(_RULES)))
 # A match is the longest word at its place: it stands for every word it starts with too
 # ("contrasena" for "contrase", "password" for "pass").
 _MATCHED: dict[str, tuple[str, ...]] = {

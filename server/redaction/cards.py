@@ -17,7 +17,7 @@ from itertools import accumulate
 from stdnum import ean, luhn
 
 from server.redaction.anchors import anchors, number_runs
-from server.redaction.text import MASKS, Scan
+from server.redaction.text import MASKED, MASKS, Scan
 from server.redaction.words import GAP_CHARS, names_card
 
 DOTS = "••••"
@@ -99,11 +99,15 @@ def _cards_in_run(scan: Scan, base: int, run_end: int) -> None:
     sums = _LuhnSums(digits)
     before = view[base - 1] if base else " "
     after = view[run_end] if run_end < len(view) else " "
-    glued = before.isalpha() and after.isalpha()  # an identifier: "LX4111...ES"
+    # Glued to letters on both sides: an identifier ("LX4111...ES"), not a card.
+    glued_before, glued_after = before.isalpha(), after.isalpha()
     phone = before == "+"
     named = names_card(fold, base, run_end)
-    i = 0
-    while i < len(groups):
+    # Every stretch that is a card, the longest from each group; overlapping ones are one
+    # span ("17405-4731 5067 8984 6143 1823": a stretch from 4731 and one from 5067 both pass,
+    # and which is the card cannot be told: both go, rather than leave a card's digits).
+    cards: list[tuple[int, int]] = []
+    for i in range(len(groups)):
         first = offsets[i]
         sizes = _LENGTHS.get(digits[first : first + 4], frozenset())
         if named:
@@ -116,7 +120,9 @@ def _cards_in_run(scan: Scan, base: int, run_end: int) -> None:
             shaped = _card_shape(groups, offsets, cores, i, j, named)
             if not shaped or not sums.valid(first, first + size):
                 continue
-            if glued or (phone and i == 0 and size < 16 and not named):
+            if glued_before and glued_after and i == 0 and j == len(groups) - 1:
+                continue
+            if phone and i == 0 and size < 16 and not named:
                 continue
             number = digits[first : first + size]
             if not named and size == 13 and i == j and ean.is_valid(number):
@@ -125,12 +131,14 @@ def _cards_in_run(scan: Scan, base: int, run_end: int) -> None:
                 best = j
                 break
         if best is None:
-            i += 1
             continue
-        start, end = groups[i][0], groups[best][1]
-        number = digits[offsets[i] : offsets[best + 1]]
-        scan.claim(start, end, f"[tarjeta {DOTS}{number[-4:]}]", "card")
-        i = best + 1
+        if cards and i <= cards[-1][1]:
+            cards[-1] = (cards[-1][0], max(cards[-1][1], best))
+        else:
+            cards.append((i, best))
+    for i, j in cards:
+        number = digits[offsets[i] : offsets[j + 1]]
+        scan.claim(groups[i][0], groups[j][1], f"[tarjeta {DOTS}{number[-4:]}]", "card")
 
 
 def _core(separator: str) -> str:
@@ -194,7 +202,8 @@ _CVV_AFTER_CARD = re.compile(
     r"(?:(?:exp\w*|cad\w*|venc\w*|valid\w*|val\.?)[\s.:]*+\d{1,2}\s*+(?:[/\-]\s*+)?\d{2,4}"
     r"[\s,;:\-]++|\d{2}\s*+(?:/\s*+)?\d{2,4}[\s,;:\-]++|\d\s*+/\s*+\d{2,4}[\s,;:\-]*+)?"
     r"(?:(?:cvv2?|cvc2?|cod(?:igo)?\.?|code|sec|seg|y|and|e)[\s.:]*+)?"
-    r"(?<!\d)(\d{3,4}|\d(?:(?:\s*+[,.\-/→]\s*+|\s++)\d){2,3})(?![\d/])"
+    r"(?<!\d)(\d{3,4}|\d(?:(?:\s*+[,.\-/→]\s*+|\s++)\d){2,3})"
+    rf"(?![\d/]|\s*+[{MASKED}])"  # (not an expiry before a CVV redacted already)
 )
 
 

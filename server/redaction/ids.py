@@ -1,7 +1,7 @@
 """National ids, each confirmed by its check in python-stdnum: Spain's DNI and NIE, Mexico's
 CURP and RFC, Argentina's CUIT/CUIL, Brazil's CPF, Chile's RUT; written with spaces, dots or
-dashes in any place, a lower-case letter or none. Argentina's DNI (7-8 digits, no check) only after its
-keyword; a bare CPF or CUIT (11 digits, like a phone number) only after theirs.
+dashes in any place, a lower-case letter or none. Argentina's DNI (7-8 digits, no check) only
+after its keyword; a bare CPF or CUIT (11 digits, like a phone number) only after theirs.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from server.redaction.anchors import anchors
-from server.redaction.text import Scan
+from server.redaction.text import MASKED, Scan
 
 _WORD = (
     r"contrasenas?|claves?(?:\s+de\s+acceso|\s+secreta)?|passwords?|passwd|pwd|pw|senhas?|"
@@ -31,7 +31,7 @@ _INTRO = (
 _QUOTES = "\"'«“\u2018`„"
 _CLOSING = "\"'»”\u2019`“"
 _SECRET = (
-    rf"[{_QUOTES}](?P<quoted>[^{_CLOSING}\n]{{1,64}})[{_CLOSING}]|"
+    rf"[{_QUOTES}](?P<quoted>[^{_CLOSING}\n{MASKED}]{{1,64}})[{_CLOSING}]|"
     rf"(?P<bare>[^\s{_QUOTES}{_CLOSING}]{{3,64}})"
 )
 _PASSWORD = re.compile(

@@ -5,6 +5,7 @@ the data folder, the vector store, the model's prompts, exports and searches are
 from __future__ import annotations
 
 import json
+import random
 import time
 from collections.abc import Callable, Iterator
 
@@ -291,6 +292,37 @@ def test_numbers_in_metadata_are_redacted_too() -> None:
         "price": 12.5,
         "none": None,
     }
+
+
+def test_an_iban_whose_digits_hold_a_card_stays_an_iban() -> None:
+    text = "la cuenta para devolver el dinero FR65 0004 3647 2597 1574 3546 740"
+    assert redact(text) == "la cuenta para devolver el dinero [IBAN FR65••••6740]"
+
+
+def test_two_overlapping_cards_both_go() -> None:
+    """Which of two overlapping Luhn-valid stretches is the card cannot be told: both go."""
+    text = "My zip code is 17405-4731 ٥٠٦٧ ٨٩٨٤ ٦١٤٣ ١٨٢٣ es la mastercard"
+    redacted = redact(text)
+    assert "1823" not in redacted.replace("[tarjeta ••••1823]", "")
+    assert redact(redacted) == redacted
+
+
+_TRICKY = [
+    *"0123456789 \n\t.-/,_()+:=\"'«»“”[]•",
+    "\u200b", "\ufe0f", "\u20e3", "４", "٤", "👉", "➡️", "é", "ñ", "ß", "İ", "ﬁ", "½", "²",
+    "código ", "cvv ", "clave ", "senha ", "tarjeta ", "IBAN ES", "DNI ", "es ", "e\u0301",
+    "[tarjeta ••••1111]", "[código]", "\u0301", "4111 1111 1111 1111", "ES91 2100 0418 4502",
+]  # fmt: skip
+
+
+def test_any_mix_of_characters_is_redacted_once_and_for_all() -> None:
+    """Random strings of digits, separators, marks, emoji, keywords and placeholders: no
+    error, and a second pass changes nothing."""
+    rng = random.Random(40)
+    for _ in range(4000):
+        text = "".join(rng.choice(_TRICKY) for _ in range(rng.randint(1, 60)))
+        once = redact(text, KINDS)
+        assert redact(once, KINDS) == once, text
 
 
 def test_optional_kinds_only_when_asked() -> None:
