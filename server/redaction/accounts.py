@@ -33,7 +33,7 @@ _ACCOUNT_WORD = (
     r"transfer|deposito|deposit|deposita|depositar|transferir|interbancaria"
 )
 _ACCOUNT = re.compile(
-    rf"\b(?:{_ACCOUNT_WORD})\b(?:{GAP_CHARS}){{0,30}}?(?<![\d+])"
+    rf"\b(?:{_ACCOUNT_WORD})\b(?:{GAP_CHARS}|\([^)\n]{{0,25}}\)){{0,30}}?(?<![\d+])"
     r"(\d(?:[ .\-]?\d){17}(?:(?:[ .\-]?\d){4})?)(?![\d])"
 )
 _CLABE_WEIGHTS = (3, 7, 1) * 6

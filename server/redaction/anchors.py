@@ -19,22 +19,23 @@ def _words(rule: str, words: str) -> None:
         _RULES[word] = (*_RULES.get(word, ()), rule)
 
 
-_words("password", "contrase clave pass pwd pw senha psw palavra contra")
+_words("password", "contrase clave pass pasw pwd pw senha psw palavra contra")
 _words("user", "usuario user login")
 _words(
     "code",
-    "codigo code otp pin nip passcode token clave contrasena senha password verificacion "
+    "codigo codgo cogido cod code otp pin nip passcode token clave contrasena senha password "
+    "verificacion "
     "verificacao verification verify 2fa autenticacion autenticacao authentication sms",
 )
 _words(
     "cvv",
-    "cvv cvc ccv cvn cav cid csc seguridad seguranca seg security card atras tras detras "
-    "reverso verso dorso back costas rear",
+    "cvv cvc ccv cvn cav cid csc seguridad seguranca seg sec security card atras tras detras "
+    "reverso verso dorso back costas rear digit numeros numeritos numerinhos numbers",
 )
 _words(
     "id",
     "dni d.n.i nif nie tie extranjero extranjeria residencia documento cedula c.c cc identidad "
-    "id cuit cuil cpf rg curp rfc ine pasaporte",
+    "id cuit cuil cpf c.p.f rg curp rfc ine pasaporte",
 )
 _words(
     "account",

@@ -179,7 +179,9 @@ _CVV_WORDS = (
     r"(?:la\s+|mi\s+|meu\s+|minha\s+|o\s+)?(?:tarjeta|cartao)|"
     r"(?:el|lo|o|os|los|las|the\s+one)\s+(?:\d\s+)?(?:de\s+|do\s+|on\s+the\s+)?"
     r"(?:atras|tras|detras|back)\b|(?:back|rear|reverse)\s+(?:code|number|numbers|digits)|"
-    r"security\s+code|card\s+(?:verification|security)\s+(?:code|value|number)|"
+    r"security\s+code|sec\.?\s+code|card\s+(?:verification|security)\s+(?:code|value|number)|"
+    r"(?:codigo|code|numero|number)\s+de\s+(?:3|4|tres|cuatro|tres|quatro)\s+(?:digitos|numeros)|"
+    r"(?:3|4|three|four)[- ]digit\s+(?:security\s+)?code|"
     r"(?:codigo|numero|numeros|numeritos|digitos|numerinhos|code|number|numbers|digits)\s+"
     r"(?:de\s+|do\s+|del\s+|da\s+|on\s+the\s+|in\s+the\s+|at\s+the\s+)?"
     r"(?:atras|tras|detras|reverso|verso|dorso|back|costas)|"
@@ -207,6 +209,15 @@ _CVV_AFTER_CARD = re.compile(
 )
 
 
+# "823 es el cvv", "810 son los de atrás": the CVV before the words that name it.
+_CVV_BEFORE = re.compile(
+    r"(?<![\d.,/])(\d{3,4})\s++(?:es|is|e|son|are|sao|eh)\s++"
+    r"(?:(?:el|la|los|las|o|a|os|the|my|mi|meu)\s++)?(?:(?:\d|tres|three)\s++)?"
+    r"(?:cvv2?|cvc2?|ccv|(?:numeros\s+|digitos\s+|numbers\s+|digits\s+)?"
+    r"(?:de\s+|do\s+|on\s+the\s+)?(?:atras|tras|detras|back|reverso|verso))\b"
+)
+
+
 def find_cvvs(scan: Scan) -> None:
     fold = scan.fold
     searched = 0  # each anchor's window starts where the last one's search ended
@@ -220,6 +231,10 @@ def find_cvvs(scan: Scan) -> None:
             if before.isalnum() or before == "[" or scan.claimed(match.start(1), match.end(1)):
                 continue
             scan.claim(match.start(1), match.end(1), "[CVV]", "cvv")
+    for start, end in anchors(scan, "cvv"):
+        named = _CVV_BEFORE.search(fold, max(0, start - 40), end)
+        if named is not None and named.end() == end:
+            scan.claim(named.start(1), named.end(1), "[CVV]", "cvv")
     if _CARD_MASK in fold:
         for match in _CVV_AFTER_CARD.finditer(fold):
             if not scan.claimed(match.start(1), match.end(1)):

@@ -16,6 +16,7 @@ import re
 from server.redaction.anchors import anchors
 from server.redaction.text import MASKED, Scan
 from server.redaction.words import (
+    clause_after,
     clause_before,
     ordinary_named,
     secret_named,
@@ -23,13 +24,16 @@ from server.redaction.words import (
 )
 
 _KEYWORD = re.compile(
-    r"(?:codigos?|codes?|otp|pin|nip|passcode|token|clave|contrasena|senha|password|"
+    r"(?:codigos?|codgo|cogido|cod\.?|codes?|otp|pin|nip|passcode|token|clave|contrasena|senha|password|"
     r"verificacion|verificacao|verification|verify|2fa|autenticacion|autenticacao|"
     r"authentication|sms)\b"
 )
 SHORT_GAP, LONG_GAP = 40, 80
 # A number: groups of digits with short separators, not part of a word, an amount or a path.
-_NUMBER = r"(?<![\w+/€$£#])(?<!\d[.,:])\d{1,8}(?:[ .\-→]{1,3}\d{1,8}){0,11}(?![\w/:€$£%]|[.,]\d)"
+_NUMBER = (
+    r"(?<![\w+/€$£#])(?<!\d[.,:])(?<![a-z]-)"  # (not "AF-66866": an id's digits)
+    r"\d{1,8}(?:[ .\-→]{1,3}\d{1,8}){0,11}(?![\w/:€$£%]|[.,]\d)"
+)
 _GAP_END = re.compile(rf"[\d\[.!?;{MASKED}]")  # where the words after a keyword stop
 _NUMBER_AT = re.compile(_NUMBER)
 # Words that introduce the number at the end of a long gap ("... por SMS al celular fue el").
@@ -40,7 +44,9 @@ _TAIL = (
     r"(?:es|is|sera|was|era|e|eh|foi)\s++(?:o\s++|a\s++)?(?:tu|your|su|el|the|mi|my|seu|teu|sua)"
     r"\s++(?:[a-z]+\s++){0,3}?(?:codigo|code|otp|pin|clave|passcode|senha)\b"
 )
-_BEFORE_KEYWORD = re.compile(rf"(?P<number>{_NUMBER})\s*+(?:[,:\-]\s*+)?{_TAIL}")
+_BEFORE_KEYWORD = re.compile(
+    rf"(?P<number>{_NUMBER})\s*+(?:[,:\-→←]\s*+)?(?:(?:ese|este|esse|that|this|isso|eso)\s++)?{_TAIL}"
+)
 # "ingresa el 482913 para continuar", "use 482913 to verify", "me llegó el 482913 por SMS".
 _INSTRUCTED = re.compile(
     r"(?:use|usa|usar|utiliza|utilize|introduce|introduzca|ingresa|ingrese|digita|digite|"
@@ -157,7 +163,16 @@ def _after_is_ordinary(fold: str, end: int) -> bool:
     if rest.lstrip().startswith(_UNITS):
         return True
     belongs = _BELONGS.match(rest)
-    return belongs is not None and ordinary_named(belongs.group(1))
+    if belongs is not None and ordinary_named(belongs.group(1)):
+        return True
+    return _DISCOUNT.search(clause_after(fold, end, 50)) is not None
+
+
+# A discount later in the clause makes the code a promotion's ("usé el código 5401 y no me
+# hizo el descuento").
+_DISCOUNT = re.compile(
+    r"\b(?:descuento|discount|desconto|promo\w*|cupon|cupom|coupon|oferta|offer|rebaja|voucher)\b"
+)
 
 
 _BELONGS = re.compile(

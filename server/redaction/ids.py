@@ -36,11 +36,11 @@ _RUT = re.compile(r"\d(?<![\w+.,]\d)\d?\.\d{3}\.\d{3}-[\dk](?![\w]|[.,]\d)")
 _CPF = re.compile(r"\d(?<![\w+.,]\d)\d{2}\.?\d{3}\.?\d{3}-\d{2}(?![\w]|[.,]\d)")
 _ID_WORD = (
     r"dni|d\.n\.i\.?|nif|nie|tie|extranjero|extranjeria|residencia|documento(?:\s+(?:de\s+identidad|nacional(?:\s+de\s+identidad)?))?|"
-    r"cedula|c\.?\s?c\.?|identidad|id|cuit|cuil|cpf|rg|curp|rfc|ine|pasaporte"
+    r"cedula|c\.?\s?c\.?|identidad|id|cuit|cuil|cpf|c\.p\.f\.?|rg|curp|rfc|ine|pasaporte"
 )
 _NAMED = re.compile(
     rf"(?:{_ID_WORD})\b(?:{GAP_CHARS}){{0,25}}?(?<![\d+.,])"
-    r"(\d(?:[ .\-]?\d){6,10})(?![\d]|[.,]\d|[ .\-]?[a-xz]\b)"
+    r"(\d(?:[ .\-]?\d){6,10})(?![\d]|[.,]\d|[a-z]\b)"
 )
 _ID_WORDS = re.compile(rf"(?:{_ID_WORD})\b")
 
@@ -106,7 +106,9 @@ def _named_ids(scan: Scan) -> None:
             label = "[CPF]"
         elif len(number) == 11 and _valid(cuit, number):
             label = "[CUIT]"
-        elif len(number) in (7, 8) and word.startswith(("dni", "d.n.i", "documento")):
+        elif len(number) in (7, 8) and word.startswith(
+            ("dni", "d.n.i", "documento", "numero de documento")
+        ):
             label = "[DNI]"  # Argentina's DNI: no check, so only after its keyword
         if label and not scan.claimed(match.start(1), match.end(1)):
             scan.claim(match.start(1), match.end(1), label, "national_id")
@@ -118,7 +120,7 @@ def _letter_ok(match: re.Match[str], named_ends: list[int]) -> bool:
     letter = match.group(2)
     if letter[-1].isupper() or len(letter) == 1:
         return True
-    return any(0 <= match.start() - end <= 25 for end in named_ends)
+    return any(-30 <= match.start() - end <= 25 for end in named_ends)
 
 
 def _compact(written: str) -> str:

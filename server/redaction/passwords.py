@@ -13,29 +13,34 @@ from server.redaction.anchors import anchors
 from server.redaction.text import MASKED, Scan
 
 _WORD = (
-    r"contrasenas?|claves?(?:\s+de\s+acceso|\s+secreta)?|passwords?|passwd|pwd|pw|senhas?|"
-    r"palavra[- ]passe|psw|passw|contra(?=\s*+[:=])|pass(?=\s*+(?:[:=]|->|=>))"
+    r"contrasenas?|contrasenia|contrasenha|claves?(?:\s+de\s+acceso|\s+secreta)?|passwords?|"
+    r"pasword|passwrd|paswd|passwd|pwd|pw|senhas?|palavra[- ]passe|psw|passw|"
+    r"contra(?=\s*+(?:[:=→]|es\s))|pass(?=\s++(?:is|es|era|was|e|del?|do|da)\s)|pass(?=\s*+(?:[:=→]|->|=>))"
 )
 _MODIFIER = (
     r"nueva|new|nova|actual|current|atual|temporal|temporary|temporaria|provisional|provisoria|"
     r"ahora|now|agora|correcta|correct|correta|real|verdadera|de\s+verdad|"
     r"que\s+(?:puse|tengo|uso|use|elegi|cambie|pus|coloquei|uso|tenho)|(?:que|which|I)\s+\w+|"
     r"del?\s+(?:la\s+|el\s+|mi\s+|tu\s+|su\s+)?\w+|d[oa]s?\s+(?:meu\s+|minha\s+)?\w+|"
-    r"para\s+\w+|pra\s+\w+|for\s+(?:the\s+|my\s+)?\w+|of\s+(?:the\s+|my\s+)?\w+"
+    r"para\s+\w+|pra\s+\w+|for\s+(?:the\s+|my\s+)?\w+|of\s+(?:the\s+|my\s+)?\w+|"
+    r"\([^)\n]{0,30}\)|[\w-]+(?=\s*+[:=→])"  # an aside in brackets; one word before a colon
 )
 _INTRO = (
-    r"\s*+[:=→]\s*+|\s*+(?:->|=>)\s*+|\s++(?=[\"'«“\u2018`„])|"
+    r"\s*+(?:->|=>)\s*+|\s*+[:=→]\s*+|\s++(?=[\"'«“\u2018`„])|"
     r"\s++(?P<verb>es|is|era|was|fue|sera|e|eh|foi|sigue\s++siendo|continua\s++sendo)"
-    r"(?:\s*+:)?\s++|[^\S\n]*+\n\s*+|\s++(?=[^\s\d]*+\d)"
+    r"(?:\s*+:)?\s++|[^\S\n]*+\n\s*+|\s++(?=[^\s\d]*+\d)|"
+    r"\s++(?P<to>a|to|para|pra|por)\s++"  # "cambié la contraseña a Sol5338#": a strong one only
 )
 _QUOTES = "\"'«“\u2018`„"
 _CLOSING = "\"'»”\u2019`“"
 _SECRET = (
     rf"[{_QUOTES}](?P<quoted>[^{_CLOSING}\n{MASKED}]{{1,64}})[{_CLOSING}]|"
-    rf"(?P<bare>[^\s{_QUOTES}{_CLOSING}]{{3,64}})"
+    rf"(?P<bare>[^\s{_QUOTES}{_CLOSING}{MASKED}]{{3,64}})"
 )
 _PASSWORD = re.compile(
-    rf"(?:{_WORD})\b(?:\s+(?:{_MODIFIER})){{0,3}}(?:{_INTRO})(?:{_SECRET})"
+    # (The words between and what introduces the secret are read once, never again another
+    # way: redacting twice must find what redacting once did.)
+    rf"(?:{_WORD})\b(?>(?:\s+(?:{_MODIFIER})){{0,3}}(?:{_INTRO}))(?:{_SECRET})"
     # "usuario ana, pass Perro12": a user name then a bare "pass"/"clave" and the secret.
     r"|(?:usuario|user(?:name)?|login)\b[^\n]{1,40}?\b(?:pass(?:word)?|clave|contrasena|pwd|"
     r"senha)(?:\s*+[:=])?\s++(?P<paired>[^\s\"'»”]{3,64})"
@@ -68,6 +73,14 @@ NOT_A_PASSWORD = frozenset(
 )
 _PARTICIPLE = ("ado", "ada", "ido", "ida", "ed", "en")
 _VERB = ("ar", "er", "ir", "ando", "endo", "indo", "ing")
+# A password that names itself: letters and digits or symbols, or mixed case.
+_STRONG = re.compile(r"(?=.*\d)(?=.*[^\W\d])|[^\w\s]|[a-z].*[A-Z]|[A-Z].*[a-z].*[A-Z]")
+# "Tango6585 es la clave del wifi": a strong token before the words that name it.
+_BEFORE = re.compile(
+    rf"(?<![^\s\"'«“(])(?P<secret>[^\s\"'»”{MASKED}]{{4,64}})\s++(?:es|is|e|era|was|fue|foi)\s++"
+    r"(?:(?:la|el|a|o|the|my|mi|tu|su|meu|minha)\s++)?(?:nueva\s++|new\s++|nova\s++)?"
+    r"(?:contrasena|clave|password|senha|pass|pwd)\b"
+)
 _AMOUNT = re.compile(r"[$€£]?\d+(?:[.,]\d+)?(?:%|€|\$|x|º|ª)$")
 _NEXT_WORD = re.compile(r"[^\S\n]+[^\W\d]")
 
@@ -90,8 +103,16 @@ def find_passwords(scan: Scan) -> None:
                 end -= 1
             if end - start < 3 or not _looks_secret(scan, start, end):
                 continue
-        if not scan.claimed(start, end):
-            scan.claim(start, end, "[contraseña]", "password")
+            if match.group("to") is not None and not _STRONG.search(scan.view[start:end]):
+                continue
+        scan.claim(start, end, "[contraseña]", "password")
+    for start, end in anchors(scan, "password"):
+        match = _BEFORE.search(fold, max(0, start - 90), end + 12)
+        if match is None or match.end() < end:
+            continue
+        secret = scan.view[match.start("secret") : match.end("secret")]
+        if _STRONG.search(secret) and secret.lower() not in NOT_A_PASSWORD:
+            scan.claim(match.start("secret"), match.end("secret"), "[contraseña]", "password")
     scan.settle()
 
 

@@ -153,8 +153,10 @@ class Scan:
     # -- claiming --------------------------------------------------------------------------
 
     def claim(self, start: int, end: int, label: str, kind: str) -> None:
-        """Claim view[start:end] for a placeholder; masked in the views at the next settle()."""
-        self._pending.append(Found(start, end, label, kind))
+        """Claim view[start:end] for a placeholder; masked in the views at the next settle().
+        A span that overlaps one claimed already is not claimed twice."""
+        if not self.claimed(start, end):
+            self._pending.append(Found(start, end, label, kind))
 
     def claimed(self, start: int, end: int) -> bool:
         """Whether the span overlaps one claimed and not yet settled."""

@@ -30,16 +30,17 @@ ORDINARY = (
     r"referencia|reference|ref|factura|invoice|fatura|nota fiscal|boleto|recibo|receipt|"
     r"ticket|cliente|customer|client|socio|member|membership|afiliado|affiliate|afiliacion|"
     r"afiliacao|empleado|employee|funcionario|colaborador|staff|legajo|"
-    r"estudiante|student|aluno|alumno|matricula|enrollment|enrolment|inscripcion|inscricao|"
-    r"carnet|sucursal|branch|agencia|filial|tienda|shop|store|loja|comercio|merchant|"
-    r"establecimiento|pix|transaccion|transaction|transacao|operacion|operacao|"
+    r"estudiante|estudiantil|student|aluno|alumno|matricula|enrollment|enrolment|inscripcion|"
+    r"inscricao|carnet|sucursal|branch|agencia|filial|oficina|tienda|shop|store|loja|comercio|"
+    r"merchant|establecimiento|estabelecimento|afiliada|aff|referral|referido|indicacao|"
+    r"pix|transaccion|transaction|transacao|operacion|operacao|"
     r"caso|case|incidencia|expediente|protocolo|protocol|chamado|reclamo|reclamacion|"
     r"area|pais|country|ddd|regalo|gift|version|versao|error|errores|erro|fallo|"
     r"http|html?|status|estado|precio|price|preco|"
     r"review|revision|revisao|curso|course|clase|aula|asignatura|materia|grupo|group|"
     r"lote|batch|contrato|contract|poliza|policy|apolice|medidor|contador|meter|suministro|"
     r"nis|cups|tarifa|vendedor|seller|proveedor|supplier|fornecedor|"
-    r"mesa|table|sala|puerta|gate|portao|terminal|anden|plataforma|bus|ruta|route|"
+    r"mesa|table|sala|terminal|anden|plataforma|bus|ruta|route|"
     r"numero de|number of|n de"
 )
 _ORDINARY = re.compile(rf"\b(?:{ORDINARY})\b")
@@ -64,7 +65,9 @@ _SECRET_PURPOSE = re.compile(
     r"entrega|delivery|desbloqueo|desbloqueio|unlock|acceso|acesso|access|login|ingreso|"
     r"seguridad|seguranca|security|confirmacion|confirmacao|confirmation|verificacion|"
     r"verificacao|verification|autorizacion|autorizacao|authorization|activacion|ativacao|"
-    r"activation|validacion|validacao|otp|sms|2fa|one-time|un\s+solo\s+uso|dinamica|dinamico)\b"
+    r"activation|validacion|validacao|otp|sms|2fa|one-time|un\s+solo\s+uso|dinamica|dinamico|"
+    r"puerta|portao|porton|porteria|door|gate|edificio|building|portal|alarma|alarme|alarm|"
+    r"caja\s+fuerte|cofre|safe|candado|cadeado|lock|locker|casillero)\b"
 )
 
 
@@ -84,6 +87,13 @@ def clause_before(fold: str, start: int, width: int) -> str:
     before = fold[max(0, start - width) : start]
     last = _UP_TO_CLAUSE_END.match(before)
     return before[last.end() :] if last else before
+
+
+def clause_after(fold: str, end: int, width: int) -> str:
+    """The words after `end` in its clause, at most `width` characters."""
+    after = fold[end : end + width]
+    stop = CLAUSE_END.search(after)
+    return after[: stop.start()] if stop else after
 
 
 _UP_TO_CLAUSE_END = re.compile(r".*(?:[.;!?](?:\s|$)|\n)", re.DOTALL)
