@@ -25,6 +25,7 @@ DOTS = "••••"
 _GROUP = re.compile(r"\d+")
 MAX_GROUPS = 19  # digit by digit
 MAX_MULTI_GROUP = 6  # a group of a card written in groups has at most 6 digits (Amex: 4-6-5)
+OVERLAP = 3  # how many groups into a card a stretch overlapping it is looked for
 
 # Issuers' prefixes and the lengths their cards have: (first, last) prefix of a given number of
 # digits, lengths. A Luhn-valid number of another shape is a card only when named one.
@@ -107,7 +108,13 @@ def _cards_in_run(scan: Scan, base: int, run_end: int) -> None:
     # span ("17405-4731 5067 8984 6143 1823": a stretch from 4731 and one from 5067 both pass,
     # and which is the card cannot be told: both go, rather than leave a card's digits).
     cards: list[tuple[int, int]] = []
-    for i in range(len(groups)):
+    i = 0
+    while i < len(groups):
+        # Past a card's first few groups, a stretch starting inside it is not looked for (a
+        # run of cards back to back costs one look a card, not one a group).
+        if cards and cards[-1][0] + OVERLAP < i <= cards[-1][1]:
+            i = cards[-1][1] + 1
+            continue
         first = offsets[i]
         sizes = _LENGTHS.get(digits[first : first + 4], frozenset())
         if named:
@@ -130,12 +137,11 @@ def _cards_in_run(scan: Scan, base: int, run_end: int) -> None:
             if luhn.is_valid(number):  # python-stdnum confirms
                 best = j
                 break
-        if best is None:
-            continue
-        if cards and i <= cards[-1][1]:
+        if best is not None and cards and i <= cards[-1][1]:
             cards[-1] = (cards[-1][0], max(cards[-1][1], best))
-        else:
+        elif best is not None:
             cards.append((i, best))
+        i += 1
     for i, j in cards:
         number = digits[offsets[i] : offsets[j + 1]]
         scan.claim(groups[i][0], groups[j][1], f"[tarjeta {DOTS}{number[-4:]}]", "card")

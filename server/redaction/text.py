@@ -15,6 +15,7 @@ A text that is all ASCII (most turns) is its own view: nothing is copied or mapp
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 import unicodedata
@@ -105,7 +106,8 @@ class Scan:
         self.text = text
         self.found: list[Found] = []
         self.cache: dict[str, Any] = {}  # what the rules compute once a text
-        self._pending: list[Found] = []
+        self._pending: list[Found] = []  # claimed since the last settle, by start
+        self._pending_starts: list[int] = []
         self._starts: list[int] | None = None  # where each view character starts in text
         if text.isascii():
             self.view, self.fold = text, text.lower()
@@ -155,26 +157,33 @@ class Scan:
     def claim(self, start: int, end: int, label: str, kind: str) -> None:
         """Claim view[start:end] for a placeholder; masked in the views at the next settle().
         A span that overlaps one claimed already is not claimed twice."""
-        if not self.claimed(start, end):
-            self._pending.append(Found(start, end, label, kind))
+        self._add(Found(start, end, label, kind))
+
+    def mask(self, start: int, end: int, kind: str) -> None:
+        """Mask a span without a placeholder (one already in the text, kept as written)."""
+        self._add(Found(start, end, "", kind))
 
     def claimed(self, start: int, end: int) -> bool:
-        """Whether the span overlaps one claimed and not yet settled."""
-        return any(f.start < end and start < f.end for f in self._pending)
+        """Whether the span overlaps one claimed and not yet settled (the claims never
+        overlap, so they are in order of their ends too: one look, by bisection)."""
+        index = bisect.bisect_left(self._pending_starts, end)
+        return index > 0 and self._pending[index - 1].end > start
+
+    def _add(self, found: Found) -> None:
+        if self.claimed(found.start, found.end):
+            return
+        index = bisect.bisect_left(self._pending_starts, found.start)
+        self._pending.insert(index, found)
+        self._pending_starts.insert(index, found.start)
 
     def settle(self) -> None:
         """Mask the spans claimed since the last settle (one pass over the views)."""
         if not self._pending:
             return
-        pending = sorted(self._pending, key=lambda f: f.start)
-        self._pending = []
+        pending, self._pending, self._pending_starts = self._pending, [], []
         self.found += pending
         self.view = _masked(self.view, pending)
         self.fold = _masked(self.fold, pending)
-
-    def mask(self, start: int, end: int, kind: str) -> None:
-        """Mask a span without a placeholder (one already in the text, kept as written)."""
-        self._pending.append(Found(start, end, "", kind))
 
     # -- the result -----------------------------------------------------------------------
 
