@@ -33,8 +33,14 @@ _ACCOUNT_WORD = (
     r"transfer|deposito|deposit|deposita|depositar|transferir|interbancaria"
 )
 _ACCOUNT = re.compile(
-    rf"\b(?:{_ACCOUNT_WORD})\b(?:{GAP_CHARS}|\([^)\n]{{0,25}}\)){{0,30}}?(?<![\d+])"
+    rf"\b(?:{_ACCOUNT_WORD})\b(?:{GAP_CHARS}|\([^)\n]{{0,50}}\)){{0,30}}?(?<![\d+])"
     r"(\d(?:[ .\-]?\d){17}(?:(?:[ .\-]?\d){4})?)(?![\d])"
+)
+# "030969592300380324 es mi clabe": the number before the words that name it.
+_ACCOUNT_BEFORE = re.compile(
+    r"(?<![\d+])(\d(?:[ .\-]?\d){17}(?:(?:[ .\-]?\d){4})?)\s++(?:(?:ese|este|esa|esta|that)\s++)?"
+    r"(?:es|is|e|eh)\s++(?:(?:mi|my|la|el|a|o|minha|meu|the)\s++)?(?:cuenta\s++|conta\s++)?"
+    r"(?:clabe|cbu|cvu)\b"
 )
 _CLABE_WEIGHTS = (3, 7, 1) * 6
 
@@ -43,10 +49,12 @@ def find_accounts(scan: Scan) -> None:
     _ibans(scan)
     scan.settle()
     fold = scan.fold
-    for start, _ in anchors(scan, "account"):
+    for start, end in anchors(scan, "account"):
         match = _ACCOUNT.match(fold, start)
         if match is None:
-            continue
+            match = _ACCOUNT_BEFORE.search(fold, max(0, start - 60), end)
+            if match is None or match.end() != end:
+                continue
         number = "".join(ch for ch in match.group(1) if ch.isdigit())
         if len(number) == 22 and _valid(cbu, number):
             scan.claim(match.start(1), match.end(1), f"[CBU {DOTS}{number[-4:]}]", "iban")

@@ -19,11 +19,12 @@ def _words(rule: str, words: str) -> None:
         _RULES[word] = (*_RULES.get(word, ()), rule)
 
 
-_words("password", "contrase clave pass pasw pwd pw senha psw palavra contra")
+_words("password", "contrase clave pass pasw pwd pw senha psw palavra contra frase")
 _words("user", "usuario user login")
 _words(
     "code",
     "codigo codgo cogido cod code otp pin nip passcode token clave contrasena senha password "
+    "numerito mensajito "
     "verificacion "
     "verificacao verification verify 2fa autenticacion autenticacao authentication sms",
 )
@@ -35,7 +36,7 @@ _words(
 _words(
     "id",
     "dni d.n.i nif nie tie extranjero extranjeria residencia documento cedula c.c cc identidad "
-    "id cuit cuil cpf c.p.f rg curp rfc ine pasaporte",
+    "id cuit cuil cpf c.p.f rg curp rfc ine pasaporte doc nro num n",
 )
 _words(
     "account",
@@ -49,7 +50,7 @@ _words(
 )
 _words("sms", "sms mensaje mensagem text")
 # Words that end a code's sentence: "482913 es tu código", "482913 is your code".
-_words("tail", "codigo code otp pin clave passcode senha")
+_words("tail", "codigo code otp pin clave passcode senha password")
 
 
 def _trie(words: list[str]) -> str:

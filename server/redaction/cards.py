@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001 (dashes and quotation marks of every kind are what people type)
 """Card numbers and their CVVs.
 
 A card is a stretch of 12-19 digits, in groups of any size with any separators between them
@@ -18,7 +19,7 @@ from stdnum import ean, luhn
 
 from server.redaction.anchors import anchors, number_runs
 from server.redaction.text import MASKED, MASKS, Scan
-from server.redaction.words import GAP_CHARS, names_card
+from server.redaction.words import names_card
 
 DOTS = "••••"
 
@@ -179,7 +180,8 @@ _CARD_LAYOUTS = ([4, 4, 4, 4], [4, 6, 5], [4, 4, 4, 4, 3], [4, 6, 4], [4, 4, 4, 
 
 _CVV_WORDS = (
     r"cvv2?|cvc2?|ccv|cvn|cav2?|cid|csc|"
-    r"c(?:odigo|od\.?)\s*(?:de\s+|do\s+)?(?:seguridad|seguranca|seg\.?)"
+    r"(?:c(?:odigo|od\.?)|numero|number)\s*(?:de\s+|do\s+)?(?:seguridad|seguranca|seg\.?)"
+    r"(?:\s+de\s+(?:3|4|tres|cuatro|quatro)\s+(?:cifras|digitos|numeros))?"
     r"(?:\s+(?:de|do|da)\s+(?:la\s+|mi\s+|meu\s+|minha\s+)?(?:tarjeta|cartao))?|"
     r"codigo\s+(?:de\s+)?(?:verificacion|verificacao|validacion|validacao)\s+(?:de|do|da)\s+"
     r"(?:la\s+|mi\s+|meu\s+|minha\s+|o\s+)?(?:tarjeta|cartao)|"
@@ -189,7 +191,7 @@ _CVV_WORDS = (
     r"(?:codigo|code|numero|number)\s+de\s+(?:3|4|tres|cuatro|tres|quatro)\s+(?:digitos|numeros)|"
     r"(?:3|4|three|four)[- ]digit\s+(?:security\s+)?code|"
     r"(?:codigo|numero|numeros|numeritos|digitos|numerinhos|code|number|numbers|digits)\s+"
-    r"(?:de\s+|do\s+|del\s+|da\s+|on\s+the\s+|in\s+the\s+|at\s+the\s+)?"
+    r"(?:[a-z]+\s+)?(?:de\s+|do\s+|del\s+|da\s+|on\s+the\s+|in\s+the\s+|at\s+the\s+)?"
     r"(?:atras|tras|detras|reverso|verso|dorso|back|costas)|"
     r"(?:(?:los|las|os|as|the|esos|those)\s+)?(?:(?:ultimos|last|primeros|first)\s+)?"
     r"(?:\d|tres|cuatro|quatro|three|four)\s+"
@@ -199,7 +201,7 @@ _CVV_WORDS = (
     r"(?:la\s+|a\s+|the\s+|mi\s+|my\s+|meu\s+|minha\s+)?(?:tarjeta|cartao|card))?"
 )
 _CVV = re.compile(
-    rf"(?:{_CVV_WORDS})\b(?:{GAP_CHARS}){{0,40}}?(?<![\d.,])"
+    rf"(?:{_CVV_WORDS})\b(?:[^\d(){MASKED}\[]|\([^()\d\n]{{0,30}}\)){{0,40}}?(?<![\d.,])"
     r"(\d{3,4}|\d(?:(?:\s*+[,.\-/→]\s*+|\s++)\d){2,3})(?![\d/:]|[.,\-]\d)"
 )
 _CARD_MASK = MASKS["card"]
@@ -217,10 +219,19 @@ _CVV_AFTER_CARD = re.compile(
 
 # "823 es el cvv", "810 son los de atrás": the CVV before the words that name it.
 _CVV_BEFORE = re.compile(
-    r"(?<![\d.,/])(\d{3,4})\s++(?:es|is|e|son|are|sao|eh)\s++"
+    r"(?<![\d.,/])(\d{3,4})(?:\s*+(?:[(\-–—:]|\n)\s*+|\s*+\n?\s*+(?:(?:ese|este|esse|that)\s++)?"
+    r"(?:es|is|e|son|are|sao|eh)\s++)"
     r"(?:(?:el|la|los|las|o|a|os|the|my|mi|meu)\s++)?(?:(?:\d|tres|three)\s++)?"
-    r"(?:cvv2?|cvc2?|ccv|(?:numeros\s+|digitos\s+|numbers\s+|digits\s+)?"
+    r"(?:cvv2?|cvc2?|ccv|codigo\s+de\s+segur(?:idad|anca)|security\s+code|"
+    r"(?:de\s+)?segur(?:idad|anca)|(?:numeros\s+|digitos\s+|numbers\s+|digits\s+)?"
     r"(?:de\s+|do\s+|on\s+the\s+)?(?:atras|tras|detras|back|reverso|verso))\b"
+)
+# "atrás dice 543", "e atrás 928", "on the back it says 9, 0, 6": the back of the card and
+# the digits right after it.
+_CVV_BACK = re.compile(
+    r"(?:on\s+the\s+back|atras|detras|no\s+verso|en\s+el\s+reverso|al\s+reverso|de\s+tras)"
+    r"(?:\s+(?:it\s+)?(?:dice|pone|diz|says|tiene|tem|has|is|es|e|son))?\s*+:?\s*+"
+    r"(\d{3,4}|\d(?:(?:\s*+[,.\-/]\s*+|\s++)\d){2,3})(?![\d/:]|[.,\-]\d)"
 )
 
 
@@ -238,9 +249,12 @@ def find_cvvs(scan: Scan) -> None:
                 continue
             scan.claim(match.start(1), match.end(1), "[CVV]", "cvv")
     for start, end in anchors(scan, "cvv"):
-        named = _CVV_BEFORE.search(fold, max(0, start - 40), end)
+        named = _CVV_BEFORE.search(fold, max(0, start - 60), end)
         if named is not None and named.end() == end:
             scan.claim(named.start(1), named.end(1), "[CVV]", "cvv")
+        back = _CVV_BACK.search(fold, max(0, start - 12), end + 40)
+        if back is not None and back.start() <= start:
+            scan.claim(back.start(1), back.end(1), "[CVV]", "cvv")
     if _CARD_MASK in fold:
         for match in _CVV_AFTER_CARD.finditer(fold):
             if not scan.claimed(match.start(1), match.end(1)):

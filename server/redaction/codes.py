@@ -24,14 +24,15 @@ from server.redaction.words import (
 )
 
 _KEYWORD = re.compile(
-    r"(?:codigos?|codgo|cogido|cod\.?|codes?|otp|pin|nip|passcode|token|clave|contrasena|senha|password|"
+    r"(?:codigos?|codgo|cogido|cod\.?|codes?|numerito|mensajito|otp|pin|nip|passcode|token|clave|contrasena|senha|password|"
     r"verificacion|verificacao|verification|verify|2fa|autenticacion|autenticacao|"
     r"authentication|sms)\b"
 )
 SHORT_GAP, LONG_GAP = 40, 80
 # A number: groups of digits with short separators, not part of a word, an amount or a path.
 _NUMBER = (
-    r"(?<![\w+/€$£#])(?<!\d[.,:])(?<![a-z]-)"  # (not "AF-66866": an id's digits)
+    # (Not "AF-66866", an id's digits; "G-482913" is a code.)
+    r"(?<![\w+/€$£#])(?<!\d[.,:])(?<![a-z][a-z]-)"
     r"\d{1,8}(?:[ .\-→]{1,3}\d{1,8}){0,11}(?![\w/:€$£%]|[.,]\d)"
 )
 _GAP_END = re.compile(rf"[\d\[.!?;{MASKED}]")  # where the words after a keyword stop
@@ -42,7 +43,7 @@ _INTRODUCES = re.compile(
 )
 _TAIL = (
     r"(?:es|is|sera|was|era|e|eh|foi)\s++(?:o\s++|a\s++)?(?:tu|your|su|el|the|mi|my|seu|teu|sua)"
-    r"\s++(?:[a-z]+\s++){0,3}?(?:codigo|code|otp|pin|clave|passcode|senha)\b"
+    r"\s++(?:[a-z]+\s++){0,3}?(?:codigo|code|otp|pin|clave|passcode|senha|password)\b"
 )
 _BEFORE_KEYWORD = re.compile(
     rf"(?P<number>{_NUMBER})\s*+(?:[,:\-→←]\s*+)?(?:(?:ese|este|esse|that|this|isso|eso)\s++)?{_TAIL}"
@@ -105,8 +106,9 @@ def find_codes(scan: Scan) -> None:
         if match is None:
             continue
         span = _code_span(fold, match.start("number"), match.end("number"))
-        if span is not None and not scan.claimed(*span):
-            scan.claim(span[0], span[1], "[código]", "code")
+        if span is None or _after_is_ordinary(fold, match.end()):
+            continue  # "2017-2110 es mi código de estudiante"
+        scan.claim(span[0], span[1], "[código]", "code")
     scan.settle()
 
 

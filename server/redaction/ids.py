@@ -36,7 +36,8 @@ _RUT = re.compile(r"\d(?<![\w+.,]\d)\d?\.\d{3}\.\d{3}-[\dk](?![\w]|[.,]\d)")
 _CPF = re.compile(r"\d(?<![\w+.,]\d)\d{2}\.?\d{3}\.?\d{3}-\d{2}(?![\w]|[.,]\d)")
 _ID_WORD = (
     r"dni|d\.n\.i\.?|nif|nie|tie|extranjero|extranjeria|residencia|documento(?:\s+(?:de\s+identidad|nacional(?:\s+de\s+identidad)?))?|"
-    r"cedula|c\.?\s?c\.?|identidad|id|cuit|cuil|cpf|c\.p\.f\.?|rg|curp|rfc|ine|pasaporte"
+    r"cedula|c\.?\s?c\.?|identidad|id|cuit|cuil|cpf|c\.p\.f\.?|rg|curp|rfc|ine|pasaporte|"
+    r"(?:nro|num|n)\.?\s+(?:de\s+)?doc(?:umento)?\.?|doc\.?"
 )
 _NAMED = re.compile(
     rf"(?:{_ID_WORD})\b(?:{GAP_CHARS}){{0,25}}?(?<![\d+.,])"
@@ -92,10 +93,20 @@ def _each(
         yield from pattern.finditer(text, start, end)
 
 
+# "34139920 ese es el dni de mi mamá": Argentina's DNI before the words that name it.
+_DNI_BEFORE = re.compile(
+    r"(?<![\d+.,])(\d{1,2}[ .]?\d{3}[ .]?\d{3})\s++(?:(?:ese|este|esse|that)\s++)?"
+    r"(?:es|is|e|eh)\s++(?:(?:el|mi|my|o|meu|the)\s++)?(?:dni|documento)\b"
+)
+
+
 def _named_ids(scan: Scan) -> None:
     """Numbers after an id's keyword: a bare CPF or CUIT (11 digits), Argentina's DNI."""
     fold = scan.fold
-    for start, _ in anchors(scan, "id"):
+    for start, end in anchors(scan, "id"):
+        before = _DNI_BEFORE.search(fold, max(0, start - 40), end)
+        if before is not None and before.end() == end:
+            scan.claim(before.start(1), before.end(1), "[DNI]", "national_id")
         match = _NAMED.match(fold, start)
         if match is None:
             continue
@@ -106,9 +117,7 @@ def _named_ids(scan: Scan) -> None:
             label = "[CPF]"
         elif len(number) == 11 and _valid(cuit, number):
             label = "[CUIT]"
-        elif len(number) in (7, 8) and word.startswith(
-            ("dni", "d.n.i", "documento", "numero de documento")
-        ):
+        elif len(number) in (7, 8) and word.startswith(("dni", "d.n.i", "doc", "nro", "num", "n")):
             label = "[DNI]"  # Argentina's DNI: no check, so only after its keyword
         if label and not scan.claimed(match.start(1), match.end(1)):
             scan.claim(match.start(1), match.end(1), label, "national_id")

@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001, RUF003 (dashes and quotation marks of every kind are what people type)
 """Passwords: what follows a password's word ("contraseña", "clave", "password", "senha",
 "pwd") and what introduces it (a colon of any width, an arrow, "es", "is", "é", a line
 break). A password in quotes is replaced whole, spaces and all. A keyword used as an ordinary
@@ -15,27 +16,29 @@ from server.redaction.text import MASKED, Scan
 _WORD = (
     r"contrasenas?|contrasenia|contrasenha|claves?(?:\s+de\s+acceso|\s+secreta)?|passwords?|"
     r"pasword|passwrd|paswd|passwd|pwd|pw|senhas?|palavra[- ]passe|psw|passw|"
-    r"contra(?=\s*+(?:[:=→]|es\s))|pass(?=\s++(?:is|es|era|was|e|del?|do|da)\s)|pass(?=\s*+(?:[:=→]|->|=>))"
+    r"passphrase|pass\s+phrase|frase\s+(?:secreta|de\s+paso|de\s+acceso)|frase-senha|"
+    r"contra(?=\s*+(?:[:=→]|es\s|del?\s))|pass(?=\s++(?:is|es|era|was|e|del?|do|da)\s)|pass(?=\s*+(?:[:=→]|->|=>))"
 )
 _MODIFIER = (
     r"nueva|new|nova|actual|current|atual|temporal|temporary|temporaria|provisional|provisoria|"
     r"ahora|now|agora|correcta|correct|correta|real|verdadera|de\s+verdad|"
     r"que\s+(?:puse|tengo|uso|use|elegi|cambie|pus|coloquei|uso|tenho)|(?:que|which|I)\s+\w+|"
-    r"del?\s+(?:la\s+|el\s+|mi\s+|tu\s+|su\s+)?\w+|d[oa]s?\s+(?:meu\s+|minha\s+)?\w+|"
+    r"del?\s+(?:la\s+|el\s+|mi\s+|tu\s+|su\s+)?\w+|d[oa]s?\s+(?:meu\s+|minha\s+)?[\w-]+|"
     r"para\s+\w+|pra\s+\w+|for\s+(?:the\s+|my\s+)?\w+|of\s+(?:the\s+|my\s+)?\w+|"
     r"\([^)\n]{0,30}\)|[\w-]+(?=\s*+[:=→])"  # an aside in brackets; one word before a colon
 )
 _INTRO = (
-    r"\s*+(?:->|=>)\s*+|\s*+[:=→]\s*+|\s++(?=[\"'«“\u2018`„])|"
+    r"\s*+(?:->|=>)\s*+|\s*+[:=→]\s*+|\s*+[—–]\s*+|\s++(?=[\"'«“\u2018`„‹´*])|"
     r"\s++(?P<verb>es|is|era|was|fue|sera|e|eh|foi|sigue\s++siendo|continua\s++sendo)"
     r"(?:\s*+:)?\s++|[^\S\n]*+\n\s*+|\s++(?=[^\s\d]*+\d)|"
     r"\s++(?P<to>a|to|para|pra|por)\s++"  # "cambié la contraseña a Sol5338#": a strong one only
 )
-_QUOTES = "\"'«“\u2018`„"
-_CLOSING = "\"'»”\u2019`“"
+_QUOTES = "\"'«“\u2018`„‹´*"
+_CLOSING = "\"'»”\u2019`“›´*"
 _SECRET = (
-    rf"[{_QUOTES}](?P<quoted>[^{_CLOSING}\n{MASKED}]{{1,64}})[{_CLOSING}]|"
-    rf"(?P<bare>[^\s{_QUOTES}{_CLOSING}{MASKED}]{{3,64}})"
+    rf"[{_QUOTES}]{{1,2}}(?P<quoted>[^{_CLOSING}\n{MASKED}]{{1,64}})[{_CLOSING}]|"
+    # (A bare password may hold "*" and "´", which only open a quoted one.)
+    rf"(?P<bare>[^\s\"'«»“”\u2018\u2019`„‹›{MASKED}][^\s\"'«»“”\u2018\u2019`„‹›{MASKED}]{{2,63}})"
 )
 _PASSWORD = re.compile(
     # (The words between and what introduces the secret are read once, never again another
@@ -43,7 +46,8 @@ _PASSWORD = re.compile(
     rf"(?:{_WORD})\b(?>(?:\s+(?:{_MODIFIER})){{0,3}}(?:{_INTRO}))(?:{_SECRET})"
     # "usuario ana, pass Perro12": a user name then a bare "pass"/"clave" and the secret.
     r"|(?:usuario|user(?:name)?|login)\b[^\n]{1,40}?\b(?:pass(?:word)?|clave|contrasena|pwd|"
-    r"senha)(?:\s*+[:=])?\s++(?P<paired>[^\s\"'»”]{3,64})"
+    rf"senha)(?:\s*+[:=])?\s++(?:[{_QUOTES}]{{1,2}}(?P<pquoted>[^{_CLOSING}\n{MASKED}]{{1,64}})"
+    rf"[{_CLOSING}]|(?P<paired>[^\s\"'»”]{{3,64}}))"
 )
 
 # Words after "mi contraseña es" that are not the password itself.
@@ -94,11 +98,11 @@ def find_passwords(scan: Scan) -> None:
         verb = match.group("verb")
         if verb == "e" and scan.view[match.start("verb")] not in "éÉ":
             continue  # Portuguese "e" is "and"; "é" is "is"
-        for group in ("quoted", "bare", "paired"):
+        for group in ("quoted", "pquoted", "bare", "paired"):
             if match.group(group) is not None:
                 break
         start, end = match.start(group), match.end(group)
-        if group != "quoted":
+        if group not in ("quoted", "pquoted"):
             while end > start and scan.view[end - 1] in ".,;:!?)":
                 end -= 1
             if end - start < 3 or not _looks_secret(scan, start, end):

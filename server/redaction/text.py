@@ -53,7 +53,7 @@ def _normal(ch: str) -> tuple[str, str]:
     category = unicodedata.category(ch)
     if ch in _ARROWS:
         return ARROW, ARROW
-    if ch in "ºª°":  # ordinals and degrees, as written ("3ºB", "20°C")
+    if ch in "ºª°\u00b4":  # ordinals, degrees and the acute accent people quote with, as written
         return ch, ch
     if category in ("Cf", "Mn", "Me"):  # zero-width characters, variation selectors, accents
         return "", ""
@@ -64,7 +64,12 @@ def _normal(ch: str) -> tuple[str, str]:
     if category in ("So", "Sk", "Cs", "Co") and ch not in MASKS.values():
         return " ", " "  # emoji and other symbols: between two groups of digits, a separator
     view = unicodedata.normalize("NFKC", ch)
-    if category == "No" or not view or any(c.isdigit() for c in view):
+    if (
+        category == "No"
+        or not view
+        or any(c.isdigit() for c in view)
+        or any(unicodedata.category(c) == "Mn" for c in view)
+    ):  # (a character NFKC splits into a space and an accent stays as it is)
         view = ch  # ½ and ² stay: not digits a person typed one by one
     return view, "".join(_fold(c) for c in view)
 

@@ -239,6 +239,17 @@ def test_no_input_of_the_largest_size_takes_long(text: str) -> None:
             "los últimos tres dígitos del reverso: 456",
             "los últimos tres dígitos del reverso: [CVV]",
         ),
+        # Values before the words that name them; quotes of every kind.
+        (
+            "G-482913 is your Google verification code.",
+            "G-[código] is your Google verification code.",
+        ),
+        ("032180000118359719 es mi clabe", "[CLABE ••••9719] es mi clabe"),
+        ("30123456 ese es el dni de mi papá", "[DNI] ese es el dni de mi papá"),
+        ("717\nese es el de seguridad", "[CVV]\nese es el de seguridad"),
+        ("the passphrase is *Amarelo abacaxi 12*", "the passphrase is *[contraseña]*"),
+        ("mi clave: ‹saudade chocolate 238›", "mi clave: ‹[contraseña]›"),
+        ("senha ´gato azul 9´", "senha ´[contraseña]´"),
     ],
 )
 def test_secrets_written_as_people_type_them(text: str, expected: str) -> None:
@@ -267,10 +278,17 @@ def test_secrets_written_as_people_type_them(text: str, expected: str) -> None:
         "mi número es +34 611 223 344",
         "mi pedido es el 12345678 y llega el 12.03.2026",
         "tengo 2 hijos de 4 y 6 años",
+        "2017-2110 es mi código de estudiante",
+        "(código de segurança) Año 2023",
     ],
 )
 def test_ordinary_codes_and_words_stay_as_written(text: str) -> None:
     assert redact(text) == text
+
+
+def test_a_cvv_named_after_an_aside_is_that_number_not_a_later_year() -> None:
+    text = "964 (código de segurança, verso do cartão) Año 2023, kilómetros 32401"
+    assert redact(text) == "[CVV] (código de segurança, verso do cartão) Año 2023, kilómetros 32401"
 
 
 def test_the_placeholder_replaces_exactly_what_was_written() -> None:
