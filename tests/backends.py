@@ -67,10 +67,31 @@ def _drop(name: str) -> None:
         _admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+_dropping: list[Any] = []  # the pool that drops finished tests' databases as the run goes
+
+
+def drop_under(folder: Path) -> None:
+    """Drop, in the background, the databases of data folders inside `folder` (a finished
+    test's own temporary folder): the run does not wait for them, and at its end only the
+    rest are left to drop (700 drops at exit took a minute of CI's time)."""
+    root = folder.resolve()
+    names = [_made.pop(key).rsplit("/", 1)[1] for key in list(_made) if key.is_relative_to(root)]
+    if not names:
+        return
+    if not _dropping:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _dropping.append(ThreadPoolExecutor(max_workers=2, thread_name_prefix="drop-db"))
+    for name in names:
+        _dropping[0].submit(_drop, name)
+
+
 @atexit.register
 def _drop_all() -> None:
     import threading
 
+    if _dropping:
+        _dropping.pop().shutdown(wait=True)
     # Eight at a time: each DROP mostly waits for the server's checkpoint of its files. (Plain
     # threads: concurrent.futures takes no work once the interpreter is shutting down.)
     names = [url.rsplit("/", 1)[1] for url in _made.values()]

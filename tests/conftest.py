@@ -16,7 +16,7 @@ from server.app import create_app
 from server.config import Settings
 from server.deps import Services
 from server.hooks import Hooks
-from tests.backends import database_url_for, on_postgres
+from tests.backends import database_url_for, drop_under, on_postgres
 from tests.fakes import fake_factory
 from tests.s3 import S3Server
 
@@ -170,11 +170,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # benchmarks' own folders, the compose file) runs the same code on both passes: once is
     # enough.
     same = pytest.mark.skip(reason="opens no database: the same on both passes, run by sqlite")
+    # A test that opens a database but checks what does not depend on the engine (a page in
+    # a browser, the real models, a cache's cap, the client library, MCP) runs once too.
+    agnostic = pytest.mark.skip(reason="checks nothing of the engine's: run by the sqlite pass")
     for item in items:
         if item.get_closest_marker(other):
             item.add_marker(skip)
         elif on_postgres() and item.get_closest_marker("no_database"):
             item.add_marker(same)
+        elif on_postgres() and item.get_closest_marker("engine_agnostic"):
+            item.add_marker(agnostic)
+
+
+@pytest.fixture(autouse=True)
+def _drop_the_tests_databases(request: pytest.FixtureRequest) -> Iterator[None]:
+    """On PostgreSQL, a test's own databases are dropped in the background once it ends."""
+    own = None
+    if on_postgres() and "tmp_path" in request.fixturenames:
+        own = request.getfixturevalue("tmp_path")
+    yield
+    if own is not None:
+        drop_under(own)
 
 
 @pytest.fixture(scope="session")

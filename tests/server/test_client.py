@@ -24,6 +24,8 @@ from server.schemas import ContextOut, Health, MemoryOut, MessageStored
 from tests.conftest import ADMIN_KEY, bearer
 from tests.live import ROOT, Server
 
+pytestmark = pytest.mark.engine_agnostic  # run by the SQLite pass only (conftest)
+
 AGENT = "client-bot"
 OTHER = "other-bot"
 

@@ -17,6 +17,8 @@ from tests.conftest import ADMIN_KEY
 from tests.fake_llm import FakeLLM
 from tests.live import ROOT, Server
 
+pytestmark = pytest.mark.engine_agnostic  # run by the SQLite pass only (conftest)
+
 AGENT = "example-bot"
 PHONE = "+15550200001"
 SCRIPT = ROOT / "scripts" / "example_agent.py"

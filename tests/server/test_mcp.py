@@ -28,6 +28,8 @@ from tests.conftest import ADMIN_KEY, make_settings
 from tests.fakes import HashEncoder
 from tests.live import ROOT, Server
 
+pytestmark = pytest.mark.engine_agnostic  # run by the SQLite pass only (conftest)
+
 AGENT = "mcp-bot"
 OTHER = "other-bot"
 PHONE = "+34600111222"

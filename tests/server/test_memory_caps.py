@@ -13,6 +13,8 @@ import pytest
 from server import compaction
 from tests.conftest import Api, admin
 
+pytestmark = pytest.mark.engine_agnostic  # run by the SQLite pass only (conftest)
+
 # Words enough that a long turn's keyword statistics are what real text makes of it.
 VOCABULARY = [f"{a}{b}{c}" for a in "bdfgklmnprst" for b in "aeiou" for c in "lmnrs"]
 

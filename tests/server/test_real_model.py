@@ -13,7 +13,7 @@ from embeddings.encoder import Encoder, SentenceEncoder
 from server.app import create_app
 from tests.conftest import AGENT, PHONE, admin, make_settings
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.engine_agnostic]
 
 P = f"/v1/agents/{AGENT}/people/{PHONE}"
 

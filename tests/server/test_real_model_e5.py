@@ -17,7 +17,7 @@ from server.app import create_app, default_encoder_factory
 from server.config import DEFAULT_MODEL
 from tests.conftest import AGENT, PHONE, admin, make_settings
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.engine_agnostic]
 
 P = f"/v1/agents/{AGENT}/people/{PHONE}"
 

@@ -21,6 +21,8 @@ from server.config import DEFAULT_MODEL
 from tests.conftest import ADMIN_KEY, make_settings
 from tests.fakes import fake_factory
 
+pytestmark = pytest.mark.engine_agnostic  # run by the SQLite pass only (conftest)
+
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
