@@ -16,7 +16,7 @@ from stdnum.ar import cbu
 from stdnum.exceptions import ValidationError
 from stdnum.util import get_cc_module
 
-from server.redaction.anchors import anchors, number_windows
+from server.redaction.anchors import anchors, digit_before, number_windows
 from server.redaction.cards import DOTS
 from server.redaction.text import Scan
 from server.redaction.words import GAP_CHARS
@@ -52,6 +52,8 @@ def find_accounts(scan: Scan) -> None:
     for start, end in anchors(scan, "account"):
         match = _ACCOUNT.match(fold, start)
         if match is None:
+            if not digit_before(scan, start, 60):
+                continue
             match = _ACCOUNT_BEFORE.search(fold, max(0, start - 60), end)
             if match is None or match.end() != end:
                 continue

@@ -19,7 +19,7 @@ def _words(rule: str, words: str) -> None:
         _RULES[word] = (*_RULES.get(word, ()), rule)
 
 
-_words("password", "contrase clave pass pasw pwd pw senha psw palavra contra frase")
+_words("password", "contrase clave pass pasw passphrase pwd pw senha psw palavra contra frase")
 _words("user", "usuario user login")
 _words(
     "code",
@@ -35,8 +35,8 @@ _words(
 )
 _words(
     "id",
-    "dni d.n.i nif nie tie extranjero extranjeria residencia documento cedula c.c cc identidad "
-    "id cuit cuil cpf c.p.f rg curp rfc ine pasaporte doc nro num n",
+    "dni d.n.i nif nie extranjero extranjeria residencia documento cedula c.c cc identidad "
+    "id cuit cuil cpf c.p.f rg curp rfc ine pasaporte doc nro",
 )
 _words(
     "account",
@@ -74,6 +74,17 @@ def _trie(words: list[str]) -> str:
 # (Not inside another word or a placeholder: the lookbehind first is also the fastest form,
 # since most places of a text are inside a word.)
 _ANCHOR = re.compile(rf"(?<![a-z0-9\[{MASKED}])" + _trie(list(_RULES)))
+# Short words and verbs that are anchors only as whole words ("no", "numero", "idea",
+# "contrato", "backup", "used", "informacion" are not): the rest are stems ("contrase",
+# "digit", "verifica").
+_WHOLE = frozenset(
+    (  # noqa: SIM905 (a list of words reads better as text)
+        "nro doc id cc c.c rg ine nie cid csc sec seg cod pin nip pw pass contra "
+        "conta card back text use usa usar utiliza utilize introduce introduzca ingresa ingrese "
+        "digita digite insira insere enter type escribe escriba informe informa teclea marca "
+        "pon ponga coloca coloque"
+    ).split()
+)
 # A match is the longest word at its place: it stands for every word it starts with too
 # ("contrasena" for "contrase", "password" for "pass").
 _MATCHED: dict[str, tuple[str, ...]] = {
@@ -92,7 +103,10 @@ def anchors(scan: Scan, rule: str) -> list[tuple[int, int]]:
         found = {}
         fold = scan.fold
         for match in _ANCHOR.finditer(fold):
-            for name in _MATCHED[match.group()]:
+            word, end = match.group(), match.end()
+            if word in _WHOLE and end < len(fold) and fold[end].isalpha():
+                continue
+            for name in _MATCHED[word]:
                 found.setdefault(name, []).append(match.span())
         scan.cache["anchors"] = found
     result: list[tuple[int, int]] = found.get(rule, [])
@@ -131,3 +145,12 @@ def number_windows(scan: Scan, digits: int, before: int, after: int) -> list[tup
         else:
             windows.append((first, last))
     return windows
+
+
+_DIGIT = re.compile(r"\d")
+
+
+def digit_before(scan: Scan, start: int, width: int) -> bool:
+    """Whether a digit stands in the `width` characters before `start` (a cheap test before
+    a rule looks back for a number written before its words)."""
+    return _DIGIT.search(scan.fold, max(0, start - width), start) is not None

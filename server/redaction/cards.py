@@ -17,7 +17,7 @@ from itertools import accumulate
 
 from stdnum import ean, luhn
 
-from server.redaction.anchors import anchors, number_runs
+from server.redaction.anchors import anchors, digit_before, number_runs
 from server.redaction.text import MASKED, MASKS, Scan
 from server.redaction.words import names_card
 
@@ -249,7 +249,11 @@ def find_cvvs(scan: Scan) -> None:
                 continue
             scan.claim(match.start(1), match.end(1), "[CVV]", "cvv")
     for start, end in anchors(scan, "cvv"):
-        named = _CVV_BEFORE.search(fold, max(0, start - 60), end)
+        named = (
+            _CVV_BEFORE.search(fold, max(0, start - 60), end)
+            if digit_before(scan, start, 60)
+            else None
+        )
         if named is not None and named.end() == end:
             scan.claim(named.start(1), named.end(1), "[CVV]", "cvv")
         back = _CVV_BACK.search(fold, max(0, start - 12), end + 40)

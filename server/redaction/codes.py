@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from server.redaction.anchors import anchors
+from server.redaction.anchors import anchors, digit_before
 from server.redaction.text import MASKED, Scan
 from server.redaction.words import (
     clause_after,
@@ -98,8 +98,16 @@ def find_codes(scan: Scan) -> None:
     # A number before the words that name it ("482913 es tu código", "... por SMS"), or
     # after a verb that hands it over ("ingresa el 482913 para continuar").
     found = [
-        *(_BEFORE_KEYWORD.search(fold, max(0, s - 80), e) for s, e in anchors(scan, "tail")),
-        *(_BY_SMS.search(fold, max(0, s - 50), e) for s, e in anchors(scan, "sms")),
+        *(
+            _BEFORE_KEYWORD.search(fold, max(0, s - 80), e)
+            for s, e in anchors(scan, "tail")
+            if digit_before(scan, s, 80)
+        ),
+        *(
+            _BY_SMS.search(fold, max(0, s - 50), e)
+            for s, e in anchors(scan, "sms")
+            if digit_before(scan, s, 50)
+        ),
         *(_INSTRUCTED.match(fold, s) for s, _ in anchors(scan, "verb")),
     ]
     for match in found:

@@ -37,7 +37,7 @@ _CPF = re.compile(r"\d(?<![\w+.,]\d)\d{2}\.?\d{3}\.?\d{3}-\d{2}(?![\w]|[.,]\d)")
 _ID_WORD = (
     r"dni|d\.n\.i\.?|nif|nie|tie|extranjero|extranjeria|residencia|documento(?:\s+(?:de\s+identidad|nacional(?:\s+de\s+identidad)?))?|"
     r"cedula|c\.?\s?c\.?|identidad|id|cuit|cuil|cpf|c\.p\.f\.?|rg|curp|rfc|ine|pasaporte|"
-    r"(?:nro|num|n)\.?\s+(?:de\s+)?doc(?:umento)?\.?|doc\.?"
+    r"nro\.?\s+(?:de\s+)?doc(?:umento)?\.?|doc\.?"
 )
 _NAMED = re.compile(
     rf"(?:{_ID_WORD})\b(?:{GAP_CHARS}){{0,25}}?(?<![\d+.,])"
@@ -104,9 +104,10 @@ def _named_ids(scan: Scan) -> None:
     """Numbers after an id's keyword: a bare CPF or CUIT (11 digits), Argentina's DNI."""
     fold = scan.fold
     for start, end in anchors(scan, "id"):
-        before = _DNI_BEFORE.search(fold, max(0, start - 40), end)
-        if before is not None and before.end() == end:
-            scan.claim(before.start(1), before.end(1), "[DNI]", "national_id")
+        if fold.startswith(("dni", "documento"), start):
+            before = _DNI_BEFORE.search(fold, max(0, start - 40), end)
+            if before is not None and before.end() == end:
+                scan.claim(before.start(1), before.end(1), "[DNI]", "national_id")
         match = _NAMED.match(fold, start)
         if match is None:
             continue
@@ -117,7 +118,7 @@ def _named_ids(scan: Scan) -> None:
             label = "[CPF]"
         elif len(number) == 11 and _valid(cuit, number):
             label = "[CUIT]"
-        elif len(number) in (7, 8) and word.startswith(("dni", "d.n.i", "doc", "nro", "num", "n")):
+        elif len(number) in (7, 8) and word.startswith(("dni", "d.n.i", "doc", "nro")):
             label = "[DNI]"  # Argentina's DNI: no check, so only after its keyword
         if label and not scan.claimed(match.start(1), match.end(1)):
             scan.claim(match.start(1), match.end(1), label, "national_id")

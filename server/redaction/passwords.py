@@ -85,6 +85,8 @@ _BEFORE = re.compile(
     r"(?:(?:la|el|a|o|the|my|mi|tu|su|meu|minha)\s++)?(?:nueva\s++|new\s++|nova\s++)?"
     r"(?:contrasena|clave|password|senha|pass|pwd)\b"
 )
+# What stands between a password and the words that name it, right before them.
+_LINKED = re.compile(r"\b(?:es|is|e|era|was|fue|foi)\s++(?:\S+\s++){0,2}$")
 _AMOUNT = re.compile(r"[$€£]?\d+(?:[.,]\d+)?(?:%|€|\$|x|º|ª)$")
 _NEXT_WORD = re.compile(r"[^\S\n]+[^\W\d]")
 
@@ -111,6 +113,8 @@ def find_passwords(scan: Scan) -> None:
                 continue
         scan.claim(start, end, "[contraseña]", "password")
     for start, end in anchors(scan, "password"):
+        if not _LINKED.search(fold, max(0, start - 30), start):
+            continue
         match = _BEFORE.search(fold, max(0, start - 90), end + 12)
         if match is None or match.end() < end:
             continue

@@ -132,7 +132,8 @@ class Scan:
         self._map(text)
 
     def _map(self, text: str) -> None:
-        """The views of a text some of whose characters are removed or become several."""
+        """The views of a text some of whose characters are removed or become several: only
+        the runs beyond ASCII that change length are read a character at a time."""
         views: list[str] = []
         folds: list[str] = []
         starts: list[int] = []
@@ -142,13 +143,19 @@ class Scan:
             views.append(head)
             folds.append(head.lower())
             starts.extend(range(last, match.start()))
-            for offset, ch in enumerate(match.group(), match.start()):
-                view, fold = _normal(ch)
-                if not view and unicodedata.category(ch) == "Cf" and views[-1][-1:].isdigit():
-                    view = fold = " "  # a zero-width space between digits: a separator
-                views.append(view)
-                folds.append(fold)
-                starts.extend([offset] * len(view))
+            run_view, run_fold, same = _normal_run(match.group())
+            if same:
+                views.append(run_view)
+                folds.append(run_fold)
+                starts.extend(range(match.start(), match.end()))
+            else:
+                for offset, ch in enumerate(match.group(), match.start()):
+                    view, fold = _normal(ch)
+                    if not view and unicodedata.category(ch) == "Cf" and views[-1][-1:].isdigit():
+                        view = fold = " "  # a zero-width space between digits: a separator
+                    views.append(view)
+                    folds.append(fold)
+                    starts.extend([offset] * len(view))
             last = match.end()
         views.append(text[last:])
         folds.append(text[last:].lower())
