@@ -35,8 +35,8 @@ _words(
 )
 _words(
     "id",
-    "dni d.n.i nif nie extranjero extranjeria residencia documento cedula c.c cc identidad "
-    "id cuit cuil cpf c.p.f rg curp rfc ine pasaporte doc nro",
+    "dni d.n.i nif nie n.i.e tie extranjero extranjeria residencia documento cedula c.c cc "
+    "identidad id cuit cuil cpf c.p.f rg curp rfc ine pasaporte doc nro",
 )
 _words(
     "account",
@@ -79,7 +79,7 @@ _ANCHOR = re.compile(rf"(?<![a-z0-9\[{MASKED}])" + _trie(list(_RULES)))
 # "digit", "verifica").
 _WHOLE = frozenset(
     (  # noqa: SIM905 (a list of words reads better as text)
-        "nro doc id cc c.c rg ine nie cid csc sec seg cod pin nip pw pass contra "
+        "nro doc id cc c.c rg ine nie tie cid csc sec seg cod pin nip pw pass contra "
         "conta card back text use usa usar utiliza utilize introduce introduzca ingresa ingrese "
         "digita digite insira insere enter type escribe escriba informe informa teclea marca "
         "pon ponga coloca coloque"

@@ -187,7 +187,7 @@ _CVV_WORDS = (
     r"(?:la\s+|mi\s+|meu\s+|minha\s+|o\s+)?(?:tarjeta|cartao)|"
     r"(?:el|lo|o|os|los|las|the\s+one)\s+(?:\d\s+)?(?:de\s+|do\s+|on\s+the\s+)?"
     r"(?:atras|tras|detras|back)\b|(?:back|rear|reverse)\s+(?:code|number|numbers|digits)|"
-    r"security\s+code|sec\.?\s+code|card\s+(?:verification|security)\s+(?:code|value|number)|"
+    r"security\s+(?:code|number)|sec\.?\s+code|card\s+(?:verification|security)\s+(?:code|value|number)|"
     r"(?:codigo|code|numero|number)\s+de\s+(?:3|4|tres|cuatro|tres|quatro)\s+(?:digitos|numeros)|"
     r"(?:3|4|three|four)[- ]digit\s+(?:security\s+)?code|"
     r"(?:codigo|numero|numeros|numeritos|digitos|numerinhos|code|number|numbers|digits)\s+"
@@ -230,6 +230,7 @@ _CVV_BEFORE = re.compile(
 # the digits right after it.
 _CVV_BACK = re.compile(
     r"(?:on\s+the\s+back|atras|detras|no\s+verso|en\s+el\s+reverso|al\s+reverso|de\s+tras)"
+    r"(?:\s+(?:del|de\s+la|do|da|of\s+the)\s+(?:plastico|tarjeta|cartao|card))?"
     r"(?:\s+(?:it\s+)?(?:dice|pone|diz|says|tiene|tem|has|is|es|e|son))?\s*+:?\s*+"
     r"(\d{3,4}|\d(?:(?:\s*+[,.\-/]\s*+|\s++)\d){2,3})(?![\d/:]|[.,\-]\d)"
 )

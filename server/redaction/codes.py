@@ -33,7 +33,7 @@ SHORT_GAP, LONG_GAP = 40, 80
 _NUMBER = (
     # (Not "AF-66866", an id's digits; "G-482913" is a code.)
     r"(?<![\w+/€$£#])(?<!\d[.,:])(?<![a-z][a-z]-)"
-    r"\d{1,8}(?:[ .\-→]{1,3}\d{1,8}){0,11}(?![\w/:€$£%]|[.,]\d)"
+    r"\d{1,8}(?:[ .\-→]{1,3}\d{1,8}){0,11}(?![\w/:€$£%]|[.,]\d|-[a-z])"
 )
 _GAP_END = re.compile(rf"[\d\[.!?;{MASKED}]")  # where the words after a keyword stop
 _NUMBER_AT = re.compile(_NUMBER)
@@ -92,7 +92,7 @@ def find_codes(scan: Scan) -> None:
             continue
         if _after_is_ordinary(fold, span[1]) or (ordinary_named(before) and not secret):
             continue
-        if _dated_year(fold, span[0]):
+        if _dated_year(fold, span[0]) or _a_time(fold, span[0], span[1]):
             continue
         scan.claim(span[0], span[1], "[código]", "code")
     # A number before the words that name it ("482913 es tu código", "... por SMS"), or
@@ -199,6 +199,17 @@ _QUANTITY = re.compile(
 _DATED_YEAR = re.compile(
     r"\b(?:el|en|in|on|de|del|desde|hasta|since|until|ano|year|for|em|no|do)\s+$"
 )
+
+
+# "the code came at 10.50": a time, after the words that give one.
+_AT = re.compile(r"\b(?:at|a\s+las|a\s+la|as|ate|hasta|from|desde|until|by|around|sobre)\s*+$")
+_CLOCK = re.compile(r"([01]?\d|2[0-3])[.:h]([0-5]\d)")
+
+
+def _a_time(fold: str, start: int, end: int) -> bool:
+    return bool(_CLOCK.fullmatch(fold, start, end)) and bool(
+        _AT.search(fold, max(0, start - 12), start)
+    )
 
 
 def _dated_year(fold: str, start: int) -> bool:

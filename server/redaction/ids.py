@@ -35,12 +35,12 @@ _CUIT_DOTTED = re.compile(r"\d(?<![\w+.,]\d)\d[ .\-]\d{1,2}\.\d{3}\.\d{3}[ .\-]\
 _RUT = re.compile(r"\d(?<![\w+.,]\d)\d?\.\d{3}\.\d{3}-[\dk](?![\w]|[.,]\d)")
 _CPF = re.compile(r"\d(?<![\w+.,]\d)\d{2}\.?\d{3}\.?\d{3}-\d{2}(?![\w]|[.,]\d)")
 _ID_WORD = (
-    r"dni|d\.n\.i\.?|nif|nie|tie|extranjero|extranjeria|residencia|documento(?:\s+(?:de\s+identidad|nacional(?:\s+de\s+identidad)?))?|"
+    r"dni|d\.n\.i\.?|nif|nie|n\.i\.e\.?|tie|extranjero|extranjeria|residencia|documento(?:\s+(?:de\s+identidad|nacional(?:\s+de\s+identidad)?))?|"
     r"cedula|c\.?\s?c\.?|identidad|id|cuit|cuil|cpf|c\.p\.f\.?|rg|curp|rfc|ine|pasaporte|"
     r"nro\.?\s+(?:de\s+)?doc(?:umento)?\.?|doc\.?"
 )
 _NAMED = re.compile(
-    rf"(?:{_ID_WORD})\b(?:{GAP_CHARS}){{0,25}}?(?<![\d+.,])"
+    rf"(?:{_ID_WORD})\b(?:{GAP_CHARS}){{0,40}}?(?<![\d+.,])"
     r"(\d(?:[ .\-]?\d){6,10})(?![\d]|[.,]\d|[a-z]\b)"
 )
 _ID_WORDS = re.compile(rf"(?:{_ID_WORD})\b")
@@ -130,7 +130,7 @@ def _letter_ok(match: re.Match[str], named_ends: list[int]) -> bool:
     letter = match.group(2)
     if letter[-1].isupper() or len(letter) == 1:
         return True
-    return any(-30 <= match.start() - end <= 25 for end in named_ends)
+    return any(-30 <= match.start() - end <= 40 for end in named_ends)
 
 
 def _compact(written: str) -> str:

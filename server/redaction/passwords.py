@@ -12,6 +12,7 @@ import re
 
 from server.redaction.anchors import anchors
 from server.redaction.text import MASKED, Scan
+from server.redaction.words import ordinary_named, secret_named
 
 _WORD = (
     r"contrasenas?|contrasenia|contrasenha|claves?(?:\s+de\s+acceso|\s+secreta)?|passwords?|"
@@ -25,16 +26,17 @@ _MODIFIER = (
     r"que\s+(?:puse|tengo|uso|use|elegi|cambie|pus|coloquei|uso|tenho)|(?:que|which|I)\s+\w+|"
     r"del?\s+(?:la\s+|el\s+|mi\s+|tu\s+|su\s+)?\w+|d[oa]s?\s+(?:meu\s+|minha\s+)?[\w-]+|"
     r"para\s+\w+|pra\s+\w+|for\s+(?:the\s+|my\s+)?\w+|of\s+(?:the\s+|my\s+)?\w+|"
-    r"\([^)\n]{0,30}\)|[\w-]+(?=\s*+[:=→])"  # an aside in brackets; one word before a colon
+    r"\([^)\n]{0,30}\)|[\w-]+(?=\s*+[:=→])|"  # an aside in brackets; one word before a colon
+    r"(?:a|al|en|on|to)\s+(?:la\s+|el\s+|the\s+|mi\s+|my\s+)?[\w-]+(?=\s*+[:=→])"
 )
 _INTRO = (
-    r"\s*+(?:->|=>)\s*+|\s*+[:=→]\s*+|\s*+[—–]\s*+|\s++(?=[\"'«“\u2018`„‹´*])|"
+    r"\s*+(?:->|=>)\s*+|\s*+[:=→]\s*+|\s*+[—–]\s*+|\s++(?=[\"'«“\u2018`„‹´*_])|"
     r"\s++(?P<verb>es|is|era|was|fue|sera|e|eh|foi|sigue\s++siendo|continua\s++sendo)"
     r"(?:\s*+:)?\s++|[^\S\n]*+\n\s*+|\s++(?=[^\s\d]*+\d)|"
     r"\s++(?P<to>a|to|para|pra|por)\s++"  # "cambié la contraseña a Sol5338#": a strong one only
 )
-_QUOTES = "\"'«“\u2018`„‹´*"
-_CLOSING = "\"'»”\u2019`“›´*"
+_QUOTES = "\"'«“\u2018`„‹´*_"
+_CLOSING = "\"'»”\u2019`“›´*_"
 _SECRET = (
     rf"[{_QUOTES}]{{1,2}}(?P<quoted>[^{_CLOSING}\n{MASKED}]{{1,64}})[{_CLOSING}]|"
     # (A bare password may hold "*" and "´", which only open a quoted one.)
@@ -104,6 +106,9 @@ def find_passwords(scan: Scan) -> None:
             if match.group(group) is not None:
                 break
         start, end = match.start(group), match.end(group)
+        named = fold[match.start() : start]  # "clave de empleado es": an id, not a password
+        if named.startswith("clave") and ordinary_named(named) and not secret_named(named):
+            continue
         if group not in ("quoted", "pquoted"):
             while end > start and scan.view[end - 1] in ".,;:!?)":
                 end -= 1

@@ -250,6 +250,12 @@ def test_no_input_of_the_largest_size_takes_long(text: str) -> None:
         ("the passphrase is *Amarelo abacaxi 12*", "the passphrase is *[contraseña]*"),
         ("mi clave: ‹saudade chocolate 238›", "mi clave: ‹[contraseña]›"),
         ("senha ´gato azul 9´", "senha ´[contraseña]´"),
+        ("la clave es _perro azul 12_", "la clave es _[contraseña]_"),
+        ("clave de acceso a la web: azul_2009", "clave de acceso a la web: [contraseña]"),
+        ("Tu clave de operación es 781-896", "Tu clave de operación es [contraseña]"),
+        ("security number 391", "security number [CVV]"),
+        ("detrás del plástico pone 845", "detrás del plástico pone [CVV]"),
+        ("N.I.E.: y-8384262-v", "N.I.E.: [NIE]"),
     ],
 )
 def test_secrets_written_as_people_type_them(text: str, expected: str) -> None:
@@ -280,6 +286,10 @@ def test_secrets_written_as_people_type_them(text: str, expected: str) -> None:
         "tengo 2 hijos de 4 y 6 años",
         "2017-2110 es mi código de estudiante",
         "(código de segurança) Año 2023",
+        "mi clave de empleado es 7944891",
+        "clave de inscripción 2025-111",
+        "código 83272-W talla 38",
+        "the code came at 10.50",
     ],
 )
 def test_ordinary_codes_and_words_stay_as_written(text: str) -> None:
