@@ -34,6 +34,19 @@ _CUIT_DOTTED = re.compile(r"\d(?<![\w+.,]\d)\d[ .\-]\d{1,2}\.\d{3}\.\d{3}[ .\-]\
 # Chile's RUT: 12.345.678-5 (the check may be K).
 _RUT = re.compile(r"\d(?<![\w+.,]\d)\d?\.\d{3}\.\d{3}-[\dk](?![\w]|[.,]\d)")
 _CPF = re.compile(r"\d(?<![\w+.,]\d)\d{2}\.?\d{3}\.?\d{3}-\d{2}(?![\w]|[.,]\d)")
+# The ids written with digits only, in one pass (no two of them match at one place).
+_DIGIT_IDS = re.compile(
+    rf"(?P<cuit>{_CUIT.pattern})|(?P<cuit_dotted>{_CUIT_DOTTED.pattern})|"
+    rf"(?P<cpf>{_CPF.pattern})|(?P<rut>{_RUT.pattern})"
+)
+_BY_KIND: dict[str, tuple[object, str]] = {
+    "curp": (curp, "[CURP]"),
+    "rfc": (rfc, "[RFC]"),
+    "cuit": (cuit, "[CUIT]"),
+    "cuit_dotted": (cuit, "[CUIT]"),
+    "cpf": (cpf, "[CPF]"),
+    "rut": (rut, "[RUT]"),
+}
 _ID_WORD = (
     r"dni|d\.n\.i\.?|nif|nie|n\.i\.e\.?|tie|extranjero|extranjeria|residencia|documento(?:\s+(?:de\s+identidad|nacional(?:\s+de\s+identidad)?))?|"
     r"cedula|c\.?\s?c\.?|identidad|id|cuit|cuil|cpf|c\.p\.f\.?|rg|curp|rfc|ine|pasaporte|"
@@ -61,19 +74,16 @@ def find_ids(scan: Scan) -> None:
             scan.claim(match.start(), match.end(), "[DNI]", "national_id")
     scan.settle()
     fold = scan.fold
-    patterns: list[tuple[re.Pattern[str], object, str]] = [
-        (_CUIT, cuit, "[CUIT]"),
-        (_CUIT_DOTTED, cuit, "[CUIT]"),
-        (_CPF, cpf, "[CPF]"),
-        (_RUT, rut, "[RUT]"),
-    ]
+    patterns: list[re.Pattern[str]] = [_DIGIT_IDS]
     if any(_DATE_DIGITS.search(fold, start, end) for start, end in windows):
-        patterns = [(_CURP, curp, "[CURP]"), (_RFC, rfc, "[RFC]"), *patterns]
-    for pattern, module, label in patterns:
+        patterns = [_CURP, _RFC, *patterns]
+    for pattern in patterns:
         for match in _each(pattern, fold, windows):
             if scan.claimed(match.start(), match.end()):
                 continue
             number = _compact(scan.view[match.start() : match.end()]).upper()
+            kind = match.lastgroup or ("curp" if pattern is _CURP else "rfc")
+            module, label = _BY_KIND[kind]
             if module is rfc:
                 ok = _valid(rfc, number, validate_check_digits=True)
             else:
