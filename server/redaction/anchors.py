@@ -95,6 +95,11 @@ _MATCHED: dict[str, tuple[str, ...]] = {
 }
 
 
+def words_of(rule: str) -> list[str]:
+    """The words (and stems) that are anchors of a rule."""
+    return sorted(word for word, rules in _RULES.items() if rule in rules)
+
+
 def anchors(scan: Scan, rule: str) -> list[tuple[int, int]]:
     """The (start, end) of every anchor of a rule in the scan's fold view, a word's start not
     inside another word or a placeholder (found once a scan, for every rule)."""

@@ -256,6 +256,10 @@ def test_no_input_of_the_largest_size_takes_long(text: str) -> None:
         ("security number 391", "security number [CVV]"),
         ("detrás del plástico pone 845", "detrás del plástico pone [CVV]"),
         ("N.I.E.: y-8384262-v", "N.I.E.: [NIE]"),
+        # No digit in the text: the fast path must still know every password's word.
+        ("psw: gatito", "psw: [contraseña]"),
+        ("contra: gatito", "contra: [contraseña]"),
+        ("frase secreta: 'gato azul feliz'", "frase secreta: '[contraseña]'"),
     ],
 )
 def test_secrets_written_as_people_type_them(text: str, expected: str) -> None:
