@@ -44,6 +44,9 @@ ANSWERS: dict[str, str] = {
 }
 
 
+GATE_LIMIT_S = 60.0
+
+
 class FakeLLM:
     """Start with `with FakeLLM() as llm:`; set `llm.mode`, read `llm.requests` and
     `llm.most_in_flight`."""
@@ -56,6 +59,11 @@ class FakeLLM:
         self.updates: str | Callable[[str], str] = "[]"
         self.summary = "Maya started a new job with night shifts and loves tea."
         self.delay_s = 0.0
+        # Closed (cleared): every call waits until it is opened, or GATE_LIMIT_S at most (then
+        # `gate_timed_out` says so), so a test can hold the model mid-call without timing it.
+        self.gate = threading.Event()
+        self.gate.set()
+        self.gate_timed_out = False
         self.requests: list[dict[str, Any]] = []
         self.failures_left = 0  # with mode "flaky": fail this many calls with 500, then answer
         self.in_flight = 0
@@ -108,6 +116,8 @@ class FakeLLM:
                     fake.in_flight += 1
                     fake.most_in_flight = max(fake.most_in_flight, fake.in_flight)
                 try:
+                    if not fake.gate.wait(GATE_LIMIT_S):
+                        fake.gate_timed_out = True
                     if fake.delay_s:
                         time.sleep(fake.delay_s)
                     status, text = fake.answer(body)
