@@ -507,8 +507,10 @@ class VectorIndex:
         where: str,
         k: int,
         min_score: float | None = None,
+        with_vectors: bool = False,
     ) -> list[Hit]:
-        """Top-k by cosine similarity among rows matching the filter (prefiltered, exact)."""
+        """Top-k by cosine similarity among rows matching the filter (prefiltered, exact).
+        with_vectors: each hit carries its stored vector (read as one array, not lists)."""
         if k <= 0:
             return []
         vector_query = self._table.search(
@@ -519,6 +521,16 @@ class VectorIndex:
         if min_score is not None:
             # _distance is 1 - cosine, so a cosine floor is a distance ceiling.
             query = query.distance_range(upper_bound=1.0 - min_score + 1e-6)
+        if with_vectors:
+            table = self._read(query.select([*_ROW_COLUMNS, "vector", "_distance"]).to_arrow)
+            if not table.num_rows:
+                return []
+            flat = table.column("vector").combine_chunks().flatten().to_numpy()
+            matrix = np.asarray(flat, dtype=np.float32).reshape(table.num_rows, self.dim)
+            records = table.drop_columns(["vector"]).to_pylist()
+            return [
+                Hit(_row(r), 1.0 - float(r["_distance"]), matrix[n]) for n, r in enumerate(records)
+            ]
         # Not the vectors: turning 384 floats a row into Python objects cost more than the search.
         found = self._read(query.select([*_ROW_COLUMNS, "_distance"]).to_list)
         return [Hit(_row(r), 1.0 - float(r["_distance"])) for r in found]

@@ -10,9 +10,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from embeddings.calibration import calibration_for
 from embeddings.encoder import Vectors
 from embeddings.index import Hit, quote
+from embeddings.relevance import scale_for
 from server import redacted_fields, words
 from server.agent_settings import AgentConfig, AgentSettings, OptOutPolicy
 from server.clock import Clock, format_time, parse_time, utc_now
@@ -24,6 +27,7 @@ from server.indexer import Indexer, search_deeper
 from server.locks import KeyedLocks
 from server.moving import PersonMoves
 from server.redaction import redact, redact_json
+from server.relevance import RESCORE_DEPTH, rescored
 from server.store import (
     Memory,
     Message,
@@ -58,8 +62,9 @@ class FactHit:
     id: str
     content: str
     type: str
-    score: float | None
+    score: float | None  # on the relevance scale (embeddings/relevance.py)
     valid_from: str | None = None
+    cosine: float | None = None  # the raw cosine of the stored vectors
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +75,9 @@ class ExcerptHit:
     created_at: str
     score: float | None  # None for a neighbour
     window: int = 0  # windows numbered best hit first
-    hit: bool = True
+    hit: bool = True  # found by the search and, when scored, at or above the relevance floor
+    relevance: float | None = None  # on the relevance scale (None: keyword mode, not embedded)
+    cosine: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,6 +353,7 @@ class MemoryService:
                 threshold=_pick(request.excerpt_threshold, config.excerpt_threshold),
                 mode=_pick(request.excerpt_mode, config.excerpt_mode),
                 side=side,
+                hit_floor=_pick(request.threshold, config.threshold),
             )
             vector = embedding.result()
             facts = self.search_facts(
@@ -400,22 +408,33 @@ class MemoryService:
         )
         where = _person_filter(agent, phone) + f" AND kind = 'fact' AND {statuses}"
         index = self._indexer.space.index
+        scale = scale_for(self._indexer.space.encoder.name)
+        cosines: dict[str, float] = {}
+        searched = self._store.count_current_facts(agent, phone) if scale.calibrated else 1
+
+        def search(depth: int) -> list[Hit]:
+            # Ranked by the centred query (nearly the scale's order), then scored exactly.
+            hits = index.search(
+                scale.centred_query(vector), where=where, k=depth, with_vectors=True
+            )
+            return rescored(scale, vector, hits, cosines, searched)
 
         def keep(hits: list[Hit]) -> list[FactHit]:
             stored = self._store.memories_by_ids([h.row.ref_id for h in hits])
             return [
-                FactHit(m.id, m.content, m.type, round(hit.score, 4), m.since)
+                FactHit(m.id, m.content, m.type, hit.score, m.since, cosines.get(hit.row.id))
                 for hit in hits
-                if (m := stored.get(hit.row.ref_id)) is not None
+                if hit.score >= threshold
+                and (m := stored.get(hit.row.ref_id)) is not None
                 and m.status == "approved"
                 and (m.invalid_at is None if as_of is None else m.true_at(as_of))
             ]
 
         return search_deeper(
-            lambda depth: index.search(vector, where=where, k=depth, min_score=threshold),
+            search,
             keep,
             want=k,
-            depth=k if as_of is None else max(4 * k, 50),
+            depth=max(2 * k, RESCORE_DEPTH) if as_of is None else max(4 * k, 50),
         )
 
     def search_excerpts(
@@ -473,8 +492,11 @@ class MemoryService:
         threshold: float,
         mode: str,
         side: str | None = None,
+        hit_floor: float = -1.0,
     ) -> list[ExcerptHit]:
         """Windows of archived turns around the best k hits, best first, within the budget.
+        A found turn is marked a hit when its relevance reaches `hit_floor` (the facts' floor:
+        a question about nothing the person said marks none).
         Hits: semantic (LanceDB, floored by the threshold), keyword (BM25 over the person's own
         turns) or both fused; a short turn's score is discounted (words.SHORT_TURN_WEIGHT). A
         neighbour less like the question than its hit ranks lower (the calibration's
@@ -498,26 +520,61 @@ class MemoryService:
         gate = calibration_for(self._indexer.space.encoder.name).excerpt_gate
         if mode != "keyword" and gate > 0:
             self._neighbour_cosines(person, ranked, cosines, vector)
-        return [
-            ExcerptHit(
-                e.message.id,
-                e.message.role,
-                e.message.content,
-                e.message.created_at,
-                round(e.score, 4) if e.score is not None else None,
-                e.window,
-                e.hit,
+        chosen = windows(
+            person,
+            ranked,
+            budget_chars=budget_chars,
+            neighbours=EXCERPT_NEIGHBOURS,
+            spread=EXCERPT_SPREAD,
+            cosines=cosines,
+            gate=gate,
+        )
+        scored = (
+            self._relevances([e.message.id for e in chosen], vector, len(person.turns))
+            if mode != "keyword" and chosen
+            else {}
+        )
+        # A model with no fitted scale: every turn the search found is a hit, as before.
+        calibrated = scale_for(self._indexer.space.encoder.name, "turn").calibrated
+        out = []
+        for e in chosen:
+            relevance, cosine = scored.get(e.message.id, (None, None))
+            # A turn that says almost nothing ("ok gracias") is never a hit: it holds no
+            # answer, and greetings are near every greeting (embeddings/relevance.py).
+            hit = e.hit and (
+                relevance is None
+                or not calibrated
+                or (relevance >= hit_floor and not words.is_short(e.message.content))
             )
-            for e in windows(
-                person,
-                ranked,
-                budget_chars=budget_chars,
-                neighbours=EXCERPT_NEIGHBOURS,
-                spread=EXCERPT_SPREAD,
-                cosines=cosines,
-                gate=gate,
+            out.append(
+                ExcerptHit(
+                    e.message.id,
+                    e.message.role,
+                    e.message.content,
+                    e.message.created_at,
+                    round(e.score, 4) if e.score is not None else None,
+                    e.window,
+                    hit,
+                    relevance,
+                    cosine,
+                )
             )
-        ]
+        return out
+
+    def _relevances(
+        self, message_ids: list[int], vector: Callable[[], Vectors], searched: int
+    ) -> dict[int, tuple[float, float]]:
+        """(relevance, raw cosine) of these archived turns to the query in a search over
+        `searched` turns, from their stored vectors (one read of the index)."""
+        stored = self._indexer.space.index.vectors([f"turn:{i}" for i in message_ids])
+        if not stored:
+            return {}
+        ids = list(stored)
+        scale = scale_for(self._indexer.space.encoder.name, "turn")
+        scores = scale.scores(
+            np.asarray(vector(), np.float32), np.stack([stored[i] for i in ids]), searched
+        )
+        return {int(i.removeprefix("turn:")): score for i, score in zip(ids, scores, strict=True)}
 
     def _neighbour_cosines(
         self,

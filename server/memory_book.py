@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from embeddings.index import Hit, quote
+from embeddings.relevance import scale_for
 from server import redacted_fields
 from server.agent_settings import AgentSettings
 from server.clock import Clock, format_time, utc_now
@@ -14,6 +15,7 @@ from server.errors import NotFound
 from server.hooks import Hooks
 from server.indexer import Indexer, fact_row, search_deeper
 from server.redaction import redact, redact_json
+from server.relevance import RESCORE_DEPTH, rescored
 from server.store import HistoryEntry, Memory, MemoryFilter, Store
 
 REVIEW_DAYS = 7
@@ -35,7 +37,8 @@ class MemoryQuery:
 @dataclass(frozen=True, slots=True)
 class Scored:
     memory: Memory
-    score: float
+    score: float  # semantic: on the relevance scale; keyword: BM25; hybrid: fused
+    cosine: float | None = None  # semantic: the raw cosine
 
 
 class MemoryBook:
@@ -182,21 +185,38 @@ class MemoryBook:
         where = self._where(agent, q)
         space = self._indexer.space
 
+        cosines: dict[str, float] = {}
+
         def keep(hits: list[Hit]) -> list[Scored]:
             current = self._store.memories_by_ids([h.row.ref_id for h in hits])
             return [
-                Scored(memory, round(hit.score, 4))
+                Scored(memory, round(hit.score, 4), cosines.get(hit.row.id))
                 for hit in hits
-                if (memory := current.get(hit.row.ref_id)) is not None
+                if (q.mode != "semantic" or hit.score >= q.threshold)
+                and (memory := current.get(hit.row.ref_id)) is not None
                 and memory.agent == agent
                 and _matches(memory, q)
             ]
 
+        def search(k: int) -> list[Hit]:
+            if q.mode != "semantic":
+                return space.retrieve(q.mode, q.query, where=where, k=k, min_score=q.threshold)
+            # On the relevance scale: ranked by the centred query, then scored exactly.
+            scale = scale_for(space.encoder.name)
+            searched = (
+                self._store.count_current_facts(agent, q.where.phone) if scale.calibrated else 1
+            )
+            vector = space.encoder.encode_query([q.query])[0]
+            hits = space.index.search(
+                scale.centred_query(vector), where=where, k=k, with_vectors=True
+            )
+            return rescored(scale, vector, hits, cosines, searched)
+
         return search_deeper(
-            lambda k: space.retrieve(q.mode, q.query, where=where, k=k, min_score=q.threshold),
+            search,
             keep,
             want=q.limit,
-            depth=depth,
+            depth=max(depth, RESCORE_DEPTH) if q.mode == "semantic" else depth,
         )
 
     @staticmethod

@@ -12,12 +12,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
+import numpy as np
+
 from embeddings.calibration import Calibration
-from embeddings.index import BM25_SCALE
+from embeddings.encoder import Vectors
+from embeddings.index import BM25_SCALE, Hit
+from embeddings.relevance import Scale
 from server.words import terms
 
+# Candidates read to rank by the relevance scale: the index ranks by the centred query, which
+# differs from the scale's order only by each item's own length after centring.
+RESCORE_DEPTH = 20
+
 Match = Literal["strong", "good", "weak"]
-WORDS: tuple[tuple[float, Match], ...] = ((0.75, "strong"), (0.4, "good"), (0.0, "weak"))
+STRONG = 0.75  # the relevance from which a result is called a strong match
+WORDS: tuple[tuple[float, Match], ...] = ((STRONG, "strong"), (0.4, "good"), (0.0, "weak"))
 
 
 def relevance(score: float, mode: str, calibration: Calibration) -> float:
@@ -45,3 +54,21 @@ def word_match(query: str) -> Callable[[str], bool]:
     so relevance cannot tell such a match from filler; this can."""
     wanted = set(terms(query))
     return lambda text: bool(wanted) and wanted <= set(terms(text))
+
+
+def rescored(
+    scale: Scale, query: Vectors, hits: list[Hit], cosines: dict[str, float], searched: int
+) -> list[Hit]:
+    """Hits (read with their vectors) scored on the relevance scale for a search over
+    `searched` items, best first; each raw cosine goes into `cosines` by row id. The vectors
+    are not kept."""
+    if not hits:
+        return []
+    vectors = np.stack([np.asarray(h.vector, dtype=np.float32) for h in hits])
+    out = []
+    scores = scale.scores(np.asarray(query, np.float32), vectors, searched)
+    for hit, (score, cosine) in zip(hits, scores, strict=True):
+        cosines[hit.row.id] = cosine
+        out.append(Hit(hit.row, score))
+    out.sort(key=lambda h: -h.score)
+    return out

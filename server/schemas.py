@@ -114,12 +114,20 @@ class Turn(BaseModel):
     content: str
 
 
+SCORE_HELP = (
+    "On the relevance scale (0-1; 0.7, the default floor, means relevant to the question:"
+    " README, 'Relevance scores')."
+)
+COSINE_HELP = "The raw cosine similarity of the query's and the item's vectors."
+
+
 class FactOut(BaseModel):
     id: str
     content: str
     type: str
-    score: float | None
+    score: float | None = Field(description=SCORE_HELP + " Null for facts listed by age.")
     valid_from: str | None = Field(None, description="Since when the fact has been true.")
+    cosine: float | None = Field(None, description=COSINE_HELP)
 
 
 class ExcerptOut(BaseModel):
@@ -127,11 +135,23 @@ class ExcerptOut(BaseModel):
     role: str
     content: str
     created_at: str
-    score: float | None = Field(description="The hit's score; null for a neighbour.")
+    score: float | None = Field(
+        description="The turn's score as the search ranked it (hybrid: its cosine and words"
+        " fused); null for a neighbour."
+    )
     window: int = Field(
         0, description="Which window the turn is in: 0 holds the best hit; each in time order."
     )
-    hit: bool = Field(True, description="Found by the search (true) or next to a hit (false).")
+    hit: bool = Field(
+        True,
+        description="The turn passed the relevance floor itself (`excerpt_threshold`, on the"
+        " relevance scale): false for a neighbour, and for a turn taken only as the best"
+        " there was.",
+    )
+    relevance: float | None = Field(
+        None, description=SCORE_HELP + " Null in keyword mode and for turns not yet embedded."
+    )
+    cosine: float | None = Field(None, description=COSINE_HELP)
 
 
 class ContextOut(BaseModel):
@@ -741,7 +761,9 @@ class MemorySearch(Strict):
     query: str = Field(min_length=1, max_length=QUERY_CHARS)
     phone: str | None = Field(None, max_length=PHONE_CHARS)
     limit: int = Field(10, ge=1, le=100)
-    threshold: float = Field(0.7, ge=-1.0, le=1.0, description="Cosine floor (semantic).")
+    threshold: float = Field(
+        0.7, ge=-1.0, le=1.0, description="Floor on the relevance scale (semantic)."
+    )
     mode: Literal["semantic", "keyword", "hybrid"] = "semantic"
     start_date: str | None = Field(None, max_length=TIME_CHARS)
     end_date: str | None = Field(None, max_length=TIME_CHARS)
@@ -767,7 +789,8 @@ class MemorySearch(Strict):
 class ScoredMemoryOut(MemoryOut):
     model_config = ConfigDict(json_schema_extra={"examples": [{**_MEMORY_EXAMPLE, "score": 0.74}]})
 
-    score: float
+    score: float = Field(description=SCORE_HELP)
+    cosine: float | None = Field(None, description=COSINE_HELP)
 
 
 class MemorySearchOut(BaseModel):
@@ -874,7 +897,15 @@ class StaffHit(BaseModel):
         description="0 (what filler scores) to 1 (what the answer to a question typically "
         "scores), for the model and mode in use; the order is the score's."
     )
-    match: Literal["strong", "good", "weak"] = Field(description="the relevance in words")
+    match: Literal["strong", "good", "weak"] = Field(
+        description="the relevance in words; a turn of a few words (a greeting, 'ok') is never"
+        " strong"
+    )
+    replaced_by: str | None = Field(
+        None,
+        description="A superseded fact: the current fact of its chain, which is listed right"
+        " above it and carries the best relevance of the chain.",
+    )
 
 
 class StaffSearchOut(BaseModel):

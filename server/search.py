@@ -15,9 +15,9 @@ from server.auth import Principal
 from server.hooks import Hooks
 from server.indexer import Indexer
 from server.redaction import redact
-from server.relevance import relevance, word_match
+from server.relevance import STRONG, relevance, word_match
 from server.store import Store
-from server.store.records import Message
+from server.store.records import Memory, Message
 
 # Archived turns of one person, best first, for a query that names her: (agent, phone, query,
 # k, mode, threshold) -> [(turn, score)] (MemoryService.ranked_turns: BM25 over the person's own
@@ -111,6 +111,7 @@ class Found:
     status: str
     highlights: list[tuple[int, int]]
     relevance: float = 0.0  # 0 filler .. 1 as close as an answer comes (server/relevance.py)
+    replaced_by: str | None = None  # a superseded fact: the current fact of its chain
 
 
 class StaffSearch:
@@ -186,7 +187,7 @@ class StaffSearch:
             )
             hits += [h for h in others if h.row.id not in seen][: depth - len(hits) - len(own)]
         there = [
-            replace(f, relevance=relevance(f.score, q.mode, calibration))
+            replace(f, relevance=_capped(f, relevance(f.score, q.mode, calibration)))
             for f in [*self._still_there(hits), *own]
         ]
         # A turn that says almost nothing ("ok gracias", "Wow, Caroline!") goes below the ones
@@ -199,6 +200,7 @@ class StaffSearch:
                 -f.score * (words.SHORT_TURN_WEIGHT if _short(f) else 1.0),
             )
         )
+        there = self._current_first(there)
         shown = [f for f in there if f.relevance >= floor or never_hidden(f.text)]
         window = shown[q.offset : q.offset + q.limit + 1]
         found = window[: q.limit]
@@ -330,6 +332,72 @@ class StaffSearch:
             parts.append(f"created_at <= {quote(q.until)}")
         return " AND ".join(parts)
 
+    def _current_first(self, found: list[Found]) -> list[Found]:
+        """What is true now first: a replaced fact goes right under the current fact of its
+        chain (fetched when the search did not find it), which takes the place, score and
+        relevance of the best match in the chain. A chain whose end is not current (deleted,
+        rejected) is left as found."""
+        heads: dict[str, Memory] = {}
+        for f in found:
+            if f.kind == "facts" and f.status == "superseded":
+                end = self._chain_head(f.id)
+                if end is not None:
+                    heads[f.id] = end
+        if not heads:
+            return found
+        groups: dict[str, list[Found]] = {}
+        for f in found:
+            key = (
+                heads[f.id].id
+                if f.id in heads
+                else f.id
+                if f.kind == "facts"
+                else f"{f.kind}:{f.id}"
+            )
+            groups.setdefault(key, []).append(f)
+        out: list[Found] = []
+        for members in groups.values():
+            head_id = next((heads[m.id].id for m in members if m.id in heads), None)
+            if head_id is None:
+                out += members
+                continue
+            head = next((m for m in members if m.id == head_id and m.kind == "facts"), None)
+            best = max(members, key=lambda m: m.relevance)
+            if head is None:
+                memory = heads[next(m.id for m in members if m.id in heads)]
+                head = Found(
+                    "facts",
+                    memory.agent,
+                    memory.phone,
+                    memory.id,
+                    memory.content,
+                    best.score,
+                    memory.created_at,
+                    memory.status,
+                    [],
+                )
+            head = replace(head, score=max(head.score, best.score), relevance=best.relevance)
+            rest = [replace(m, replaced_by=head_id) for m in members if m.id != head_id]
+            out += [head, *rest]
+        return out
+
+    def _chain_head(self, memory_id: str) -> Memory | None:
+        """The current fact at the end of a replaced fact's chain, or None."""
+        seen = {memory_id}
+        current = self._store.memories_by_ids([memory_id]).get(memory_id)
+        while current is not None and current.superseded_by is not None:
+            if current.superseded_by in seen:
+                return None  # a cycle: no current fact to show
+            seen.add(current.superseded_by)
+            current = self._store.memories_by_ids([current.superseded_by]).get(
+                current.superseded_by
+            )
+        if current is None or current.id == memory_id:
+            return None
+        if current.invalid_at is not None or current.status != "approved":
+            return None
+        return current
+
     def _still_there(self, hits: list[Hit]) -> list[Found]:
         """Keep hits whose source still exists, with its current text."""
         turns = self._store.messages_by_ids(
@@ -433,3 +501,11 @@ def _filters(q: StaffQuery) -> dict[str, Any]:
         "threshold": q.threshold,
         "min_relevance": q.min_relevance,
     }
+
+
+def _capped(found: Found, value: float) -> float:
+    """A turn that says almost nothing ("hi", "ok gracias") is never a strong match: it holds
+    no fact to match, whatever its score."""
+    if _short(found):
+        return min(value, STRONG - 0.001)
+    return value

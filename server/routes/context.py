@@ -128,7 +128,12 @@ def build_context(
         history=[Turn(role=m.role, content=m.content) for m in context.history],
         facts=[
             FactOut(
-                id=f.id, content=f.content, type=f.type, score=f.score, valid_from=f.valid_from
+                id=f.id,
+                content=f.content,
+                type=f.type,
+                score=f.score,
+                valid_from=f.valid_from,
+                cosine=f.cosine,
             )
             for f in context.facts
         ],
@@ -141,6 +146,8 @@ def build_context(
                 score=e.score,
                 window=e.window,
                 hit=e.hit,
+                relevance=e.relevance,
+                cosine=e.cosine,
             )
             for e in context.excerpts
         ],

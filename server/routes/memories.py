@@ -209,7 +209,10 @@ def search_memories(
     )
     found = services.book.search(agent, query)
     return MemorySearchOut(
-        items=[ScoredMemoryOut(**memory_fields(s.memory), score=s.score) for s in found]
+        items=[
+            ScoredMemoryOut(**memory_fields(s.memory), score=s.score, cosine=s.cosine)
+            for s in found
+        ]
     )
 
 

@@ -48,6 +48,7 @@ def staff_search(
             highlights=f.highlights,
             relevance=f.relevance,
             match=in_words(f.relevance),
+            replaced_by=f.replaced_by,
         )
         for f in page.items
     ]

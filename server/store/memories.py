@@ -161,6 +161,21 @@ class MemoryQueries(Queries):
         )
         return [memory_of(r) for r in rows]
 
+    def count_current_facts(self, agent: str, phone: str | None) -> int:
+        """Approved memories true now, of one person or (phone None) of the whole agent: how
+        many a search of them weighs (embeddings/relevance.py, the floor by count)."""
+        row = (
+            self._reader()
+            .execute(
+                "SELECT COUNT(*) AS n FROM memories WHERE agent = ?"
+                " AND (CAST(? AS TEXT) IS NULL OR phone = ?)"
+                " AND status = 'approved' AND invalid_at IS NULL",
+                (agent, phone, phone),
+            )
+            .fetchone()
+        )
+        return int(row["n"]) if row is not None else 0
+
     def agent_memories(self, agent: str, phone: str | None) -> list[Memory]:
         """All memories of an agent, or of one person of it."""
         rows = self._reader().execute(

@@ -240,3 +240,30 @@ def test_bad_and_odd_input_on_the_onnx_path_is_a_4xx_or_stored_and_found(
         headers=admin(),
     )
     assert emoji.status_code == 200 and len(emoji.json()["items"]) == 4, emoji.text
+
+
+def test_a_question_about_nothing_the_person_said_gets_no_fact_and_no_hit(
+    client: TestClient,
+) -> None:
+    """The relevance scale (embeddings/relevance.py): 0.7 means relevant. Facts about a pet,
+    an allergy and a move pass for questions about them; greetings and a question about
+    quantum physics get none, and no excerpt of the chat is marked a hit for them."""
+    add_facts(client, [*SPANISH_FACTS, "Se mudó a Sevilla en marzo"])
+    converse(client, [ROSA, *FILLER] * 7)  # 49 turns: compaction archives the older ones
+    relevant = facts_for(client, "¿Cómo se llama mi perro?")
+    assert relevant and relevant[0]["content"] == SPANISH_FACTS[0]
+    assert all(float(str(f["score"])) >= 0.7 for f in relevant)
+    assert all(isinstance(f["cosine"], float) for f in relevant), "the raw cosine beside it"
+    for off_topic in ("quantum physics homework", "hola, buenos días", "thanks!", "👍"):
+        body = client.get(f"{P}/context", params={"query": off_topic}, headers=admin()).json()
+        assert body["facts"] == [], off_topic
+        # ("thanks!" is near the assistant's "Glad to hear it!": a pleasantry that was said)
+        if off_topic != "thanks!":
+            assert not [e for e in body["excerpts"] if e["hit"]], off_topic
+        assert body["history"], "the recent turns are still there"
+    body = client.get(
+        f"{P}/context", params={"query": "when is my grandmother's birthday?"}, headers=admin()
+    ).json()
+    hits = [e for e in body["excerpts"] if e["hit"]]
+    assert hits and all(e["relevance"] >= 0.7 for e in hits)
+    assert ROSA in {e["content"] for e in hits}

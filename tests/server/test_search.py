@@ -502,3 +502,36 @@ def test_a_name_two_people_are_called_by_picks_the_one_the_question_is_about(
     # A question the gardener's turns answer finds the gardener, the John named most often.
     garden = search(api, query="Which roses does John grow in his garden?")["items"]
     assert garden[0]["phone"] == gardener
+
+
+def test_a_superseded_fact_never_ranks_above_the_current_one(seeded: Api) -> None:
+    """Staff search shows what is true now: the replaced fact, though it matches the query
+    best, is listed right under the fact that replaced it, which carries its relevance."""
+    api = seeded
+    old = api.client.post(
+        "/v1/agents/shop/memories",
+        json={"content": "Maya lives in Madrid", "phone": MAYA},
+        headers=admin(),
+    ).json()["id"]
+    new = api.client.post(
+        "/v1/agents/shop/memories",
+        json={"content": "Moved to Sevilla in March", "phone": MAYA, "supersedes": old},
+        headers=admin(),
+    ).json()["id"]
+    api.index()
+    items = search(api, query="Maya lives in Madrid", kinds=["facts"], mode="semantic")["items"]
+    ids = [i["id"] for i in items]
+    assert ids.index(new) + 1 == ids.index(old), ids
+    current, replaced = items[ids.index(new)], items[ids.index(old)]
+    assert replaced["status"] == "superseded" and replaced["replaced_by"] == new
+    assert current["relevance"] >= replaced["relevance"] and current["replaced_by"] is None
+
+
+def test_small_talk_is_never_a_strong_match(seeded: Api) -> None:
+    api = seeded
+    api.post_turn("hi", agent="shop", phone=LEO)
+    api.index()
+    items = search(api, query="hi", kinds=["turns"], mode="semantic")["items"]
+    said_hi = [i for i in items if i["text"] == "hi"]
+    assert said_hi and said_hi[0]["score"] > 0.99, "the same words: the best score there is"
+    assert all(i["match"] != "strong" for i in said_hi)
