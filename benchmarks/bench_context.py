@@ -51,6 +51,7 @@ import itertools
 import json
 import logging
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -231,10 +232,59 @@ def ask(
         "windows": len({e["window"] for e in body["excerpts"]}),
         "short_hits": sum(1 for e in body["excerpts"] if e["hit"] and words.is_short(e["content"])),
         "hits": sum(1 for e in body["excerpts"] if e["hit"]),
+        "evidence_hits": sum(1 for e in body["excerpts"] if e["hit"] and e["id"] in evidence),
+        "any_fact": float(bool(body["facts"])),
+        "any_hit": float(any(e["hit"] for e in body["excerpts"])),
         "excerpt_texts": [
             f"{'*' if e['hit'] else ' '} {e['id']} {e['content'][:80]}" for e in body["excerpts"]
         ],
     }
+
+
+OFFTOPIC = ROOT / "benchmarks" / "data" / "offtopic.json"
+OTHERS_PER_PERSON = 40
+
+
+def offtopic(
+    client: TestClient,
+    people: list[Person],
+    questions: list[Question],
+    part: str,
+    params: dict[str, Any],
+    quiet: bool,
+) -> dict[str, dict[str, float | int]]:
+    """Questions about nothing each person said, through the context API: the part's
+    greetings and unrelated questions (benchmarks/data/offtopic.json; "all" asks the test
+    part's), and up to 40 of the other people's questions (seeded). Per kind: how many were
+    asked, the share whose context carried any fact, and the share with an excerpt marked a
+    hit."""
+    data = json.loads(OFFTOPIC.read_text(encoding="utf-8"))[part if part != "all" else "test"]
+    asked: dict[str, list[tuple[bool, bool]]] = {"greeting": [], "unrelated": [], "other": []}
+    jobs: list[tuple[Person, str, str]] = []
+    for person in people:
+        for kind in ("greeting", "unrelated"):
+            jobs += [(person, kind, text) for text in data[kind]]
+        others = [q.text for q in questions if q.conv != person.index]
+        random.Random(person.index).shuffle(others)
+        jobs += [(person, "other", text) for text in others[:OTHERS_PER_PERSON]]
+    for person, kind, text in tqdm(jobs, desc="off-topic", unit="q", disable=quiet, leave=False):
+        response = client.get(
+            f"/v1/agents/{AGENT}/people/{person.phone}/context",
+            params={"query": text, **params},
+            headers={"Authorization": f"Bearer {ADMIN}"},
+        )
+        response.raise_for_status()
+        body = response.json()
+        asked[kind].append((bool(body["facts"]), any(e["hit"] for e in body["excerpts"])))
+    out: dict[str, dict[str, float | int]] = {}
+    every = [pair for pairs in asked.values() for pair in pairs]
+    for kind, pairs in [*asked.items(), ("all", every)]:
+        out[kind] = {
+            "questions": len(pairs),
+            "any_fact": round(100 * statistics.fmean(f for f, _ in pairs), 1) if pairs else 0.0,
+            "any_hit": round(100 * statistics.fmean(h for _, h in pairs), 1) if pairs else 0.0,
+        }
+    return out
 
 
 def missed_row(
@@ -330,6 +380,13 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "short_hit_share": round(
             100 * sum(r["short_hits"] for r in rows) / max(1, sum(r["hits"] for r in rows)), 1
         ),
+        # The relevance scale (issue 41): questions with any fact, with any excerpt marked a
+        # hit, and the share of hits that are evidence turns.
+        "any_fact": mean("any_fact"),
+        "any_hit": mean("any_hit"),
+        "hit_precision": round(
+            100 * sum(r["evidence_hits"] for r in rows) / max(1, sum(r["hits"] for r in rows)), 1
+        ),
     }
 
 
@@ -362,6 +419,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument(
         "--staff", action="store_true", help="also ask each question of staff search (top 10)"
+    )
+    parser.add_argument(
+        "--offtopic",
+        action="store_true",
+        help="also ask each person questions about nothing she said (benchmarks/data/"
+        "offtopic.json's greetings and unrelated questions of the part, and up to 40 of the"
+        " other people's questions): how often the context carries a fact or a hit",
     )
     parser.add_argument(
         "--names",
@@ -459,7 +523,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     str(c): summarise([r for r in rows if r["category"] == c])
                     for c in sorted({r["category"] for r in rows})
                 }
-                results.append({"config": config, "all": summary, "by_category": by_category})
+                result = {"config": config, "all": summary, "by_category": by_category}
+                if args.offtopic:
+                    with knobs(config):
+                        result["offtopic"] = offtopic(
+                            client, people, questions, args.part, params, args.quiet
+                        )
+                    print(json.dumps({"offtopic": result["offtopic"]}), flush=True)
+                results.append(result)
                 print(json.dumps({"config": config, **summary}), flush=True)
     report = {
         "dataset": str(args.data),
@@ -483,6 +554,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             f"context.{report['set']}.{args.part}"
             + (".grid" if args.grid else "")
             + (".names" if args.names else "")
+            + (".offtopic" if args.offtopic else "")
         )
         (args.out / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
         (args.out / f"{stem}.md").write_text(text + "\n")
@@ -504,6 +576,9 @@ def markdown(report: dict[str, Any]) -> str:
         "median_turn_chars",
         "median_excerpts",
         "short_hit_share",
+        "any_fact",
+        "any_hit",
+        "hit_precision",
     ]
     lines = [
         f"# Context recall: {report['set']}, {report['part']} part",
@@ -516,7 +591,23 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     for result in report["results"]:
         label = ", ".join(f"{k}={v}" for k, v in result["config"].items()) or "defaults"
-        lines.append(f"| {label} | " + " | ".join(str(result["all"][c]) for c in columns) + " |")
+        lines.append(
+            f"| {label} | " + " | ".join(str(result["all"].get(c)) for c in columns) + " |"
+        )
+    for result in report["results"]:
+        if "offtopic" not in result:
+            continue
+        label = ", ".join(f"{k}={v}" for k, v in result["config"].items()) or "defaults"
+        lines += [
+            "",
+            f"Questions about nothing the person said ({label}): % whose context carries any"
+            " fact / any excerpt marked a hit.",
+            "",
+            "| kind | questions | any fact | any hit |",
+            "| --- | --- | --- | --- |",
+        ]
+        for kind, row in result["offtopic"].items():
+            lines.append(f"| {kind} | {row['questions']} | {row['any_fact']} | {row['any_hit']} |")
     return "\n".join(lines)
 
 

@@ -150,6 +150,8 @@ def test_search_by_meaning_with_threshold_and_filters(api: Api) -> None:
     add(api, "likes green tea", phone=PHONE, type="preference", session_id="s9")
     items = search(api, "dog called Biscuit", threshold=0.0)
     assert items[0]["id"] == dog["id"] and items[0]["score"] > items[-1]["score"]
+    # The raw cosine beside the score; a model with no fitted scale scores the cosine itself.
+    assert all(i["score"] == pytest.approx(i["cosine"], abs=1e-4) for i in items)
     by_phone = search(api, "dog", phone=PHONE, threshold=-1)
     assert by_phone[0]["content"] == "has a dog called Biscuit"
     assert search(api, "dog Biscuit", threshold=0.99) == []
