@@ -16,12 +16,17 @@ script makes that calibration reproducible and reports what it does:
      it is put to) pair (levels 0.5, then 1 - 10^-x for x = 0.4 .. 5.0, then the maximum);
      `low`, its median; `high`, the 90th percentile of the centred cosine of every question's
      evidence facts. The floor for n items is the tail's CHANCE_OK ** (1 / n) quantile.
-   The file's other sections (`turns`, the archived turns' scale) are not fitted here: they
-   are copied from the shipped file.
+   - `turns`, the archived turns' scale, the same way with the same centres on the dev
+     turns that say something (not server.words.is_short; a short turn is never a hit):
+     `tail` over every (greeting or unrelated dev question, turn of the dev person) pair,
+     `low` its median, `high` the 90th percentile of every question's evidence turns that
+     are not short. The server's n for turns is the person's archived turns.
+   The whole file is fitted here: nothing in it is carried over from the shipped one.
 2. The measure, per model x set (LoCoMo, the multilingual set) x part (dev, test), with the
    model's shipped scale (`scale_for`; n = the person's facts), facts top-10 by score at the
    0.7 floor, against the raw cosine top-10 at raw 0.7 (the server before the scale); with
-   `--fit` (and not `--write-centres`) also the headline with the scale this run fitted:
+   `--fit` also the headline with the other scale: the one this run fitted (not written), or
+   with `--write-centres` the one shipped before it (the run measures what it wrote):
    - evidence facts kept: the share of (question, evidence fact) pairs whose fact is in the
      top-10 at or above the floor;
    - off-topic: the share of off-topic questions whose top-10 holds any fact at or above the
@@ -29,20 +34,27 @@ script makes that calibration reproducible and reports what it does:
      part), other (other people's questions: those of the part's other conversations, up to
      40 per person, seeded shuffle);
    - a sweep of floors 0.50 .. 0.90 on the scale;
+   - the excerpts' hits, on the turn scale (n = the person's turns), over every turn of hers:
+     a turn is a hit when it is not short and scores at or above 0.7 (before: raw cosine
+     >= 0.7). Per question with an evidence turn that is not short: the share of those
+     turns that are hits (no top-k), the share of questions with one, the precision of the
+     hits among its top-30 turns by score (evidence / hits, pooled); per off-topic question
+     (greeting, unrelated, other): whether any turn of hers is a hit;
    - one plot per model (`relevance.<model>.png`): relevant pairs against unrelated ones, raw
-     cosine and score, dev and test pooled.
+     cosine and score for facts, the turn scale's score for turns, dev and test pooled.
 
 A person is one sample (conversation) of a set; her facts are its `observation` entries
-(passage form), a question's evidence facts those citing one of its evidence turns; questions
-and off-topic questions are embedded in the query form. Parts: benchmarks/bench_context.py
-PARTS. Ranking is by the centred cosine, which the score follows monotonically (the score is
-rounded to 4 places and clamped to 0-1, so equal scores keep the cosine's order).
+(passage form), her turns every turn of it (passage form), a question's evidence facts those
+citing one of its evidence turns; questions and off-topic questions are embedded in the
+query form. Parts: benchmarks/bench_context.py PARTS. Ranking is by the centred cosine, which
+the score follows monotonically (the score is rounded to 4 places and clamped to 0-1, so equal
+scores keep the cosine's order).
 
 LoCoMo: Maharana et al., "Evaluating Very Long-Term Conversational Memory of LLM Agents",
 ACL 2024, CC BY-NC 4.0 (../shared/data/locomo/locomo10.json, read in place).
 
-Run with:
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_relevance.py --fit \
+Run with (fit, write embeddings/centres/ and measure what was written):
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_relevance.py --fit --write-centres \
         --models multilingual-e5-small,all-MiniLM-L6-v2 --out benchmarks/results
 """
 
@@ -92,10 +104,12 @@ from embeddings.relevance import (  # noqa: E402
     ALIASES,
     CENTRES,
     CHANCE_OK,
+    Kind,
     Scale,
     load_scale,
     scale_for,
 )
+from server.words import is_short  # noqa: E402
 
 DEFAULT_OFFTOPIC = ROOT / "benchmarks" / "data" / "offtopic.json"
 SETS = ("locomo", "multilingual")
@@ -112,6 +126,8 @@ HIGH_PERCENTILE = 90
 # added as level 1).
 TAIL_LEVELS = [0.5] + [float(1 - 10 ** (-x)) for x in np.linspace(0.0, 5.0, 51)[4:]]
 FLOOR_AT = (10, 20, 100, 250, 1000)  # items searched, for the report
+TURNS_AT = (50, 100, 300, 600, 1000)  # archived turns searched, for the report
+TURN_TOP = 30  # the turns' precision: hits among each question's top-30 by score
 CENTRE_TOLERANCE = 1e-4
 CITATION = (
     'LoCoMo: Maharana et al., "Evaluating Very Long-Term Conversational Memory of LLM Agents", '
@@ -179,6 +195,11 @@ class Person:
     evidence: list[list[int]]
     offtopic: Scores = field(default_factory=lambda: np.zeros((0, 1), dtype=np.float32))
     kinds: list[str] = field(default_factory=list)
+    # Her archived turns (passage form, every turn), which say almost nothing (server.words
+    # is_short: never a hit), and each question's evidence turns that are not short.
+    turns: Scores = field(default_factory=lambda: np.zeros((0, 1), dtype=np.float32))
+    short: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    turn_evidence: list[list[int]] = field(default_factory=list)
 
 
 def embed_part(
@@ -199,7 +220,22 @@ def embed_part(
             [i for i, cited in enumerate(conv.fact_turns) if cited & set(q.evidence)]
             for q in conv.questions
         ]
-        people.append(Person(facts, questions, evidence))
+        turns = embed(encoder.encode, conv.turns, "turns", True)
+        short = np.asarray([is_short(t) for t in conv.turns], dtype=bool)
+        turn_evidence = [
+            sorted(i for i in set(q.evidence) if 0 <= i < len(conv.turns) and not short[i])
+            for q in conv.questions
+        ]
+        people.append(
+            Person(
+                facts,
+                questions,
+                evidence,
+                turns=turns,
+                short=short,
+                turn_evidence=turn_evidence,
+            )
+        )
     for i, person in enumerate(people):
         # Other people's questions: those of the part's other conversations, seeded shuffle
         # (the seed is the person's place in the part, as in the exploration that set it).
@@ -352,6 +388,124 @@ def measure(
     return result
 
 
+@dataclass
+class TurnScored:
+    """One person's questions and off-topic questions against every turn of hers: raw and
+    centred cosines (the score follows the centred one; it is taken where a measure needs it,
+    by Scale.score itself, with n = her number of turns)."""
+
+    raw: Scores
+    centred: Scores
+    off_raw: Scores
+    off_centred: Scores
+    n: int
+
+
+def score_turns(scale: Scale, person: Person) -> TurnScored:
+    if len(person.turns) == 0 or person.turns.shape[1] != person.questions.shape[-1]:
+        empty = np.zeros((len(person.questions), 0), dtype=np.float32)
+        off = np.zeros((len(person.offtopic), 0), dtype=np.float32)
+        return TurnScored(empty, empty, off, off, 0)
+    return TurnScored(
+        person.questions @ person.turns.T,
+        centred_matrix(scale, person.questions, person.turns),
+        person.offtopic @ person.turns.T,
+        centred_matrix(scale, person.offtopic, person.turns),
+        len(person.turns),
+    )
+
+
+def score_array(scale: Scale, centred: np.ndarray, items: int) -> np.ndarray:
+    """Scale.score over an array at once (the plot's histograms; the measures call
+    Scale.score itself)."""
+    floor = scale.floor(items)
+    high = max(scale.high, floor + 0.05)
+    low = min(scale.low, floor - 0.05)
+    c = np.asarray(centred, dtype=np.float64)
+    above = FLOOR + (1 - FLOOR) * (c - floor) / (high - floor)
+    below = FLOOR * (c - low) / (floor - low)
+    return np.round(np.clip(np.where(c >= floor, above, below), 0.0, 1.0), 4)
+
+
+def measure_turns(
+    people: Sequence[Person], scored: Sequence[TurnScored], scale: Scale, floor: float
+) -> dict[str, Any]:
+    """The excerpts' hits, over every turn of the person (n = her turns): a turn is a hit when
+    it is not short and its score on the turn scale reaches the floor ("before": its raw
+    cosine reaches RAW_FLOOR). Per question with an evidence turn that is not short:
+    evidence turns that are hits (per turn, no top-k), questions with one, and the precision
+    of the hits among its top-TURN_TOP turns by score (evidence / all hits there, pooled);
+    per off-topic question (by kind): any hit among her turns."""
+
+    def run(before: bool) -> dict[str, Any]:
+        pairs: list[bool] = []
+        questions: list[bool] = []
+        hits = evidence_hits = 0
+        reach: dict[str, list[bool]] = {k: [] for k in KINDS}
+
+        def hit(values: np.ndarray, row: int, col: int, n: int) -> bool:
+            value = float(values[row, col])
+            if before:
+                return value >= RAW_FLOOR
+            return scale.score(value, n) >= floor
+
+        for p, s in zip(people, scored, strict=True):
+            if s.n == 0:
+                continue
+            rank = s.raw if before else s.centred
+            for qi, ev in enumerate(p.turn_evidence):
+                if not ev:
+                    continue
+                got = [hit(rank, qi, i, s.n) for i in ev]
+                pairs += got
+                questions.append(any(got))
+                top = np.argsort(-rank[qi], kind="stable")[:TURN_TOP]
+                marked = [int(i) for i in top if not p.short[i] and hit(rank, qi, int(i), s.n)]
+                hits += len(marked)
+                evidence_hits += len(set(marked) & set(ev))
+            if len(p.offtopic):
+                said = ~p.short
+                off = s.off_raw if before else s.off_centred
+                for oi, kind in enumerate(p.kinds):
+                    if not said.any():
+                        reach[kind].append(False)
+                        continue
+                    best = int(np.flatnonzero(said)[np.argmax(off[oi, said])])
+                    reach[kind].append(hit(off, oi, best, s.n))
+        every = [v for kind in KINDS for v in reach[kind]]
+        return {
+            "evidence_turns": share(pairs),
+            "questions_with_one": share(questions),
+            "precision": round(evidence_hits / hits, 4) if hits else None,
+            "hits_per_question": round(hits / len(questions), 2) if questions else None,
+            "offtopic_any": {
+                **{kind: share(reach[kind]) for kind in KINDS},
+                "all": share(every),
+            },
+            "n": {
+                "evidence_turns": len(pairs),
+                "questions": len(questions),
+                "hits": hits,
+                **{kind: len(reach[kind]) for kind in KINDS},
+            },
+        }
+
+    return {
+        "floor": floor,
+        "top": TURN_TOP,
+        "turns": int(sum(s.n for s in scored)),
+        "short": int(sum(int(p.short.sum()) for p in people)),
+        "questions_without_evidence_turns": int(
+            sum(1 for p in people for ev in p.turn_evidence if not ev)
+        ),
+        "floor_centred_mean": round(float(np.mean([scale.floor(s.n) for s in scored])), 4)
+        if scored
+        else None,
+        "before": run(True),
+        "after": run(False),
+    }
+
+
 # -- the fit -----------------------------------------------------------------------------------
 
 
@@ -388,52 +542,84 @@ def fit_scale(model: str, centres: dict[str, Any], dev: dict[str, list[Person]])
                 cos = unit_rows(p.questions - mu_q) @ facts.T
                 for qi, rel in enumerate(p.evidence):
                     evidence += cos[qi, rel].tolist()
-    data: dict[str, Any] = {"model": model, "pairs": int(sum(len(x) for x in pairs))}
-    if pairs and evidence:
-        pooled = np.concatenate(pairs).astype(np.float64)
-        data["low"] = round(float(np.median(pooled)), 5)
-        data["high"] = round(float(np.percentile(evidence, HIGH_PERCENTILE)), 5)
-        data["tail"] = [
-            [round(level, 8), round(float(np.quantile(pooled, level)), 5)] for level in TAIL_LEVELS
-        ] + [[1.0, round(float(pooled.max()), 5)]]
-    data["evidence"] = len(evidence)
+    data: dict[str, Any] = {"model": model, **anchors(pairs, evidence)}
     data["query"] = [round(float(v), 6) for v in centres["query"]]
     data["passage"] = [round(float(v), 6) for v in centres["passage"]]
+    data["turns"] = fit_turns(mu_q, mu_p, dev)
     return data
 
 
-def write_scale(data: dict[str, Any], path: Path, shipped: Path | None) -> None:
-    """embeddings/centres/<model>.json's format (relevance.load_scale reads it): the facts'
-    scale at the top level; what else the shipped file holds (the archived turns' scale,
-    `turns`, which this script does not fit) is kept as it is."""
-    keys = ("model", "pairs", "low", "high", "tail", "query", "passage")
-    out: dict[str, Any] = {}
-    if shipped is not None and shipped.exists():
-        out = dict(json.loads(shipped.read_text(encoding="utf-8")))
-    out.update({k: data[k] for k in keys if k in data})
+def anchors(pairs: list[np.ndarray], evidence: list[float]) -> dict[str, Any]:
+    """pairs: the off-topic centred cosines; evidence: the evidence items' ones."""
+    out: dict[str, Any] = {"pairs": int(sum(len(x) for x in pairs))}
+    if pairs and evidence and out["pairs"]:
+        pooled = np.concatenate(pairs).astype(np.float64)
+        out["low"] = round(float(np.median(pooled)), 5)
+        out["high"] = round(float(np.percentile(evidence, HIGH_PERCENTILE)), 5)
+        out["tail"] = [
+            [round(level, 8), round(float(np.quantile(pooled, level)), 5)] for level in TAIL_LEVELS
+        ] + [[1.0, round(float(pooled.max()), 5)]]
+    out["evidence"] = len(evidence)
+    return out
+
+
+def fit_turns(mu_q: np.ndarray, mu_p: np.ndarray, dev: dict[str, list[Person]]) -> dict[str, Any]:
+    """The archived turns' section (`turns`), the same way with the same centres, on the turns
+    that say something (not server.words.is_short: a short turn is never a hit): `tail`, the
+    quantiles of the centred cosine of every (greeting or unrelated dev question, turn of the
+    dev person it is put to) pair; `low` its median; `high` the 90th percentile of every
+    question's evidence turns (those that are not short)."""
+    pairs: list[np.ndarray] = []
+    evidence: list[float] = []
+    for people in dev.values():
+        for p in people:
+            said = np.flatnonzero(~p.short)
+            if len(said) == 0:
+                continue
+            turns = unit_rows(p.turns[said] - mu_p)
+            stored = [i for i, k in enumerate(p.kinds) if k in STORED_KINDS]
+            if stored:
+                pairs.append((unit_rows(p.offtopic[stored] - mu_q) @ turns.T).ravel())
+            if len(p.questions):
+                cos = unit_rows(p.questions - mu_q) @ turns.T
+                column = {int(t): j for j, t in enumerate(said)}
+                for qi, ev in enumerate(p.turn_evidence):
+                    evidence += [float(cos[qi, column[i]]) for i in ev]
+    return anchors(pairs, evidence)
+
+
+def write_scale(data: dict[str, Any], path: Path) -> None:
+    """embeddings/centres/<model>.json's format (relevance.load_scale reads it), all of it
+    fitted here: the facts' scale at the top level, the archived turns' one in `turns`."""
+    out = {k: data[k] for k in ("model", "pairs", "low", "high", "tail", "query", "passage")}
+    out["turns"] = {k: data["turns"][k] for k in ("pairs", "low", "high", "tail")}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out) + "\n", encoding="utf-8")
 
 
-def scale_of(data: dict[str, Any]) -> Scale | None:
-    if "tail" not in data:
+def scale_of(data: dict[str, Any], kind: Kind = "fact") -> Scale | None:
+    """The fitted file's scale for facts or for archived turns (as load_scale reads it)."""
+    anchors = data if kind == "fact" else data.get("turns", {})
+    if "tail" not in data or "tail" not in anchors:
         return None
     return Scale(
         str(data["model"]),
         np.asarray(data["query"], dtype=np.float32),
         np.asarray(data["passage"], dtype=np.float32),
-        float(data["low"]),
-        float(data["high"]),
-        tuple((float(p), float(c)) for p, c in data["tail"]),
+        float(anchors["low"]),
+        float(anchors["high"]),
+        tuple((float(p), float(c)) for p, c in anchors["tail"]),
     )
 
 
-def describe(scale: Scale) -> dict[str, Any]:
+def describe(scale: Scale, kind: Kind = "fact") -> dict[str, Any]:
     return {
         "calibrated": scale.calibrated,
         "low": round(scale.low, 5),
         "high": round(scale.high, 5),
-        "floor_at": {str(n): round(scale.floor(n), 5) for n in FLOOR_AT},
+        "floor_at": {
+            str(n): round(scale.floor(n), 5) for n in (FLOOR_AT if kind == "fact" else TURNS_AT)
+        },
     }
 
 
@@ -457,6 +643,10 @@ def compare_fit(slug: str, fitted: dict[str, Any]) -> dict[str, Any]:
     out["centres_within_tolerance"] = len(diffs) == 2 and max(diffs.values()) <= CENTRE_TOLERANCE
     if "tail" in data:
         out["shipped_scale"] = describe(load_scale(shipped, str(data.get("model", slug))))
+    if "tail" in data.get("turns", {}):
+        model = str(data.get("model", slug))
+        out["shipped_turns_pairs"] = data["turns"].get("pairs")
+        out["shipped_turn_scale"] = describe(load_scale(shipped, model, "turn"), "turn")
     return out
 
 
@@ -491,29 +681,68 @@ def distributions(
     return cat(rel), cat(non), cat(off)
 
 
+def turn_distributions(
+    people: Sequence[Person], scored: Sequence[TurnScored], scale: Scale
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Scores on the turn scale (n = her turns), turns that are not short only: relevant
+    (question x evidence turn), non-evidence (question x another turn of hers), off-topic
+    (greeting or unrelated question x turn of hers)."""
+    rel: list[np.ndarray] = []
+    non: list[np.ndarray] = []
+    off: list[np.ndarray] = []
+    for p, s in zip(people, scored, strict=True):
+        if s.n == 0:
+            continue
+        said = ~p.short
+        for qi, ids in enumerate(p.turn_evidence):
+            if not ids:
+                continue
+            mask = np.zeros(s.n, dtype=bool)
+            mask[ids] = True
+            rel.append(score_array(scale, s.centred[qi, mask], s.n))
+            non.append(score_array(scale, s.centred[qi, ~mask & said], s.n))
+        stored = [i for i, k in enumerate(p.kinds) if k in STORED_KINDS]
+        if stored:
+            off.append(score_array(scale, s.off_centred[stored][:, said], s.n).ravel())
+
+    def cat(parts: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+
+    return cat(rel), cat(non), cat(off)
+
+
 def plot(
-    model: str, pooled: list[tuple[list[Person], list[Scored]]], floor: float, path: Path
+    model: str,
+    pooled: list[tuple[list[Person], list[Scored], list[TurnScored]]],
+    turn_scale: Scale,
+    floor: float,
+    path: Path,
 ) -> dict[str, Any]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.2))
     summary: dict[str, Any] = {}
     for ax, which, title, line in (
-        (axes[0], "raw", "before: raw cosine", RAW_FLOOR),
-        (axes[1], "score", "after: relevance score", floor),
+        (axes[0], "raw", "facts, before: raw cosine", RAW_FLOOR),
+        (axes[1], "score", "facts, after: relevance score", floor),
+        (axes[2], "turns", "turns (not short): score on the turn scale", floor),
     ):
-        groups = [distributions(people, scored, which) for people, scored in pooled]
+        if which == "turns":
+            groups = [turn_distributions(people, t, turn_scale) for people, _, t in pooled]
+        else:
+            groups = [distributions(people, scored, which) for people, scored, _ in pooled]
         rel, non, off = (np.concatenate([g[i] for g in groups]) for i in range(3))
         lo = min((float(a.min()) for a in (rel, non, off) if a.size), default=0.0)
         hi = max((float(a.max()) for a in (rel, non, off) if a.size), default=1.0)
         bins = np.linspace(min(lo, 0.0), max(hi, 1.0), 60)
+        item = "turn" if which == "turns" else "fact"
         for values, label, colour in (
-            (rel, "question x evidence fact", "tab:green"),
-            (non, "question x other fact of hers", "tab:grey"),
-            (off, "greeting/unrelated x fact", "tab:red"),
+            (rel, f"question x evidence {item}", "tab:green"),
+            (non, f"question x other {item} of hers", "tab:grey"),
+            (off, f"greeting/unrelated x {item}", "tab:red"),
         ):
             if values.size:
                 ax.hist(
@@ -552,6 +781,19 @@ def plot(
 
 def ba(entry: dict[str, Any]) -> str:
     return f"{pct(entry.get('before'))} -> {pct(entry.get('after'))}"
+
+
+def turn_cells(t: dict[str, Any], set_name: str) -> list[str]:
+    """One row of the turns table, before -> after."""
+    b, a = t["before"], t["after"]
+    cells = [str(a["n"]["questions"])]
+    cells += [f"{pct(b[f])} -> {pct(a[f])}" for f in ("evidence_turns", "questions_with_one")]
+    cells.append(f"{pct(b['precision'])} -> {pct(a['precision'])}")
+    cells.append(f"{fmt(b['hits_per_question'], 1)} -> {fmt(a['hits_per_question'], 1)}")
+    for kind in (*KINDS, "all"):
+        cell = f"{pct(b['offtopic_any'][kind])} -> {pct(a['offtopic_any'][kind])}"
+        cells.append(cell + (" *" if kind == "other" and set_name == "multilingual" else ""))
+    return cells
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -606,9 +848,49 @@ def markdown(report: dict[str, Any]) -> str:
             "texts of fact_pairs.json. tail: the quantiles of the centred cosine of every "
             "(greeting or unrelated dev question, fact of a dev person) pair, both sets; low its "
             f"median; the floor for a search over n facts its {CHANCE_OK} ** (1 / n) quantile "
-            f"(maps to 0.7); high: p{HIGH_PERCENTILE} of every dev question's evidence facts. "
-            "The file's `turns` section (the archived turns' scale) is not fitted here: it is "
-            "copied from the shipped file.",
+            f"(maps to 0.7); high: p{HIGH_PERCENTILE} of every dev question's evidence facts.",
+            "",
+            "### The archived turns' scale (`turns`): fitted / shipped",
+            "",
+        ]
+        rows = []
+        for name, m in models.items():
+            fit = m.get("fit")
+            if not fit:
+                continue
+            got = fit.get("fitted_turn_scale") or {}
+            shipped = fit.get("shipped_turn_scale") or {}
+            rows.append(
+                [
+                    name,
+                    f"{fit['turn_pairs']:,} / {fit.get('shipped_turns_pairs') or '-'}",
+                    str(fit["turn_evidence"]),
+                    *(f"{fmt(got.get(a), 4)} / {fmt(shipped.get(a), 4)}" for a in ("low", "high")),
+                    *(
+                        f"{fmt(got.get('floor_at', {}).get(str(n)), 4)} / "
+                        f"{fmt(shipped.get('floor_at', {}).get(str(n)), 4)}"
+                        for n in TURNS_AT
+                    ),
+                ]
+            )
+        out += table(
+            [
+                "model",
+                "off-topic pairs",
+                "evidence turns",
+                "low",
+                "high",
+                *(f"floor, {n} turns" for n in TURNS_AT),
+            ],
+            rows,
+        )
+        out += [
+            "",
+            "The same centres and the same way, on the turns that say something (not "
+            "server.words.is_short: a short turn is never a hit): tail, the quantiles of the "
+            "centred cosine of every (greeting or unrelated dev question, turn of a dev person) "
+            f"pair; low its median; high: p{HIGH_PERCENTILE} of every dev question's evidence "
+            "turns that are not short. The server's n for turns: the person's archived turns.",
             "",
         ]
 
@@ -616,6 +898,7 @@ def markdown(report: dict[str, Any]) -> str:
     for key, title in (
         ("results", "the shipped scale"),
         ("results_fitted", "the scale fitted by this run (not shipped)"),
+        ("results_previous", "the scale shipped before this run wrote its fit"),
     ):
         if not any(key in m for m in models.values()):
             continue
@@ -661,7 +944,45 @@ def markdown(report: dict[str, Any]) -> str:
             rows,
         )
         out.append("")
-    out += ["", f"\\* {OTHER_NOTE}.", ""]
+        out += [
+            f"### Turns, {title}: before (raw cosine >= {RAW_FLOOR}) -> after (score on the "
+            f"turn scale >= {floor}); hits are turns not short, over all her turns",
+            "",
+        ]
+        rows = []
+        for name, m in models.items():
+            for set_name, parts in m.get(key, {}).items():
+                for part, r in parts.items():
+                    rows.append([name, set_name, part, *turn_cells(r["turns"], set_name)])
+        out += table(
+            [
+                "model",
+                "set",
+                "part",
+                "questions",
+                "evidence turns hit",
+                "questions with one",
+                f"precision, top-{TURN_TOP}",
+                f"hits in top-{TURN_TOP}",
+                "greeting hits a turn",
+                "unrelated hits",
+                "other person's q. hits",
+                "all off-topic",
+            ],
+            rows,
+        )
+        out.append("")
+    out += [
+        "",
+        f"\\* {OTHER_NOTE}.",
+        "",
+        "Turns: per question with an evidence turn that is not short; evidence turns hit: per "
+        "(question, such turn), no top-k; questions with one: at least one of them hit; "
+        f"precision: among the hits in each question's top-{TURN_TOP} turns by score, the share "
+        "that are its evidence turns (pooled); off-topic: the share whose best turn that is not "
+        "short is a hit. n = the person's turns, short ones included.",
+        "",
+    ]
 
     for name, m in models.items():
         for set_name, parts in m["results"].items():
@@ -692,7 +1013,10 @@ def markdown(report: dict[str, Any]) -> str:
                 f", another fact of hers {pct(h['raw']['non_evidence_at_floor'])} / "
                 f"{pct(h['score']['non_evidence_at_floor'])}, greeting or unrelated x fact "
                 f"{pct(h['raw']['offtopic_at_floor'])} / {pct(h['score']['offtopic_at_floor'])}"
-                " (every pair, not only the top-10).",
+                " (every pair, not only the top-10). Turns that are not short, score on the turn "
+                f"scale at or above 0.7: evidence {pct(h['turns']['relevant_at_floor'])}, another "
+                f"turn of hers {pct(h['turns']['non_evidence_at_floor'])}, greeting or unrelated "
+                f"x turn {pct(h['turns']['offtopic_at_floor'])}.",
                 "",
             ]
     return "\n".join(out)
@@ -777,8 +1101,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         print(f"[{name}] loading ...", flush=True)
         encoder = load_encoder(name)
         scale = scale_for(name)
+        turn_scale = scale_for(name, "turn")
         t1 = time.perf_counter()
-        result: dict[str, Any] = {"scale": {"slug": slug, **describe(scale)}, "results": {}}
+        result: dict[str, Any] = {
+            "scale": {"slug": slug, **describe(scale)},
+            "turn_scale": {"slug": slug, **describe(turn_scale, "turn")},
+            "results": {},
+        }
         embedded: dict[str, dict[str, list[Person]]] = {}
         texts = 0
         stored: dict[str, Scores] = {}
@@ -797,10 +1126,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     f"{name} {set_name} {part}",
                     args.quiet,
                 )
-                texts += sum(len(c.facts) + len(c.questions) for c in convs)
+                texts += sum(len(c.facts) + len(c.questions) + len(c.turns) for c in convs)
         t2 = time.perf_counter()
         print(f"[{name}] embedded {texts:,} texts in {t2 - t1:.1f} s", flush=True)
-        fitted: Scale | None = None
+        # The other scale measured (headline only): the one this run fitted when it is not
+        # written, or, when it is, the one shipped before it.
+        other: tuple[str, Scale, Scale] | None = None
         if args.fit:
             centres = fit_centres(encoder, args.pairs, args.quiet)
             dev = {s: by_part["dev"] for s, by_part in embedded.items()}
@@ -810,29 +1141,43 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             target = (
                 shipped_file if args.write_centres else args.out / f"relevance.centres.{slug}.json"
             )
-            write_scale(file, target, shipped_file)
             fitted = scale_of(file)
+            fitted_turns = scale_of(file, "turn")
+            if fitted is not None and fitted_turns is not None:
+                write_scale(file, target)
             result["fit"] = {
                 "texts": centres["texts"],
                 "pairs": file["pairs"],
                 "evidence": file["evidence"],
-                "written": shown(target),
+                "turn_pairs": file["turns"]["pairs"],
+                "turn_evidence": file["turns"]["evidence"],
+                "written": shown(target) if fitted and fitted_turns else None,
                 "fitted_scale": describe(fitted) if fitted is not None else None,
+                "fitted_turn_scale": (
+                    describe(fitted_turns, "turn") if fitted_turns is not None else None
+                ),
                 **comparison,
             }
             print(
                 f"[{name}] fitted {result['fit']['fitted_scale']}\n"
                 f"[{name}] shipped {comparison.get('shipped_scale')}\n"
+                f"[{name}] fitted turns {result['fit']['fitted_turn_scale']}\n"
+                f"[{name}] shipped turns {comparison.get('shipped_turn_scale')}\n"
                 f"[{name}] centres vs shipped: max abs diff "
                 f"{comparison.get('centres_max_abs_diff')}",
                 flush=True,
             )
-            if args.write_centres and fitted is not None:
-                scale = fitted  # what the file now holds
-                result["scale"] = {"slug": slug, **describe(scale)}
-                fitted = None
+            if fitted is not None and fitted_turns is not None:
+                if args.write_centres:  # what the file now holds; the old one for comparison
+                    if scale.calibrated and turn_scale.calibrated:
+                        other = ("results_previous", scale, turn_scale)
+                    scale, turn_scale = fitted, fitted_turns
+                    result["scale"] = {"slug": slug, **describe(scale)}
+                    result["turn_scale"] = {"slug": slug, **describe(turn_scale, "turn")}
+                else:
+                    other = ("results_fitted", fitted, fitted_turns)
         t3 = time.perf_counter()
-        pooled: list[tuple[list[Person], list[Scored]]] = []
+        pooled: list[tuple[list[Person], list[Scored], list[TurnScored]]] = []
         for set_name, by_part in embedded.items():
             result["results"][set_name] = {}
             for part, people in by_part.items():
@@ -842,15 +1187,25 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     float(np.mean([scale.floor(len(p.facts)) for p in people])), 4
                 )
                 r["facts_per_person"] = [len(p.facts) for p in people]
+                turned = [score_turns(turn_scale, p) for p in people]
+                r["turns"] = measure_turns(people, turned, turn_scale, args.floor)
+                r["turns"]["turns_per_person"] = [s.n for s in turned]
                 result["results"][set_name][part] = r
-                pooled.append((people, scored))
-                if fitted is not None:  # the fitted scale, not shipped: the headline only
+                pooled.append((people, scored, turned))
+                if other is not None:  # the other scale: the headline only
+                    key, facts_scale, turns_scale = other
                     again = measure(
-                        people, [score_person(fitted, p) for p in people], args.floor, []
+                        people, [score_person(facts_scale, p) for p in people], args.floor, []
                     )
-                    result.setdefault("results_fitted", {}).setdefault(set_name, {})[part] = again
+                    again["turns"] = measure_turns(
+                        people,
+                        [score_turns(turns_scale, p) for p in people],
+                        turns_scale,
+                        args.floor,
+                    )
+                    result.setdefault(key, {}).setdefault(set_name, {})[part] = again
         plot_name = f"relevance.{slug}.png"
-        result["histograms"] = plot(name, pooled, args.floor, args.out / plot_name)
+        result["histograms"] = plot(name, pooled, turn_scale, args.floor, args.out / plot_name)
         result["plot"] = plot_name
         models[name] = result
         seconds[name] = {

@@ -41,6 +41,31 @@ def is_share(value: Any) -> bool:
     return value is not None and 0.0 <= value <= 1.0
 
 
+def check_turns(t: dict[str, Any], offtopic: dict[str, int]) -> None:
+    """The turn measures of one set x part: two people of 8 turns, raw and score."""
+    assert t["turns"] == 2 * 8 and 0 <= t["short"] < t["turns"]
+    assert t["top"] == bench_relevance.TURN_TOP and t["floor"] == 0.7
+    for label in ("before", "after"):
+        m = t[label]
+        assert set(m) == {
+            "evidence_turns",
+            "questions_with_one",
+            "precision",
+            "hits_per_question",
+            "offtopic_any",
+            "n",
+        }
+        n = m["n"]
+        assert 0 < n["questions"] <= 4 and n["evidence_turns"] >= n["questions"]
+        assert is_share(m["evidence_turns"]) and is_share(m["questions_with_one"])
+        # No hit in any top-30, no precision; otherwise a share.
+        assert is_share(m["precision"]) if n["hits"] else m["precision"] is None
+        assert m["hits_per_question"] == round(n["hits"] / n["questions"], 2)
+        assert set(m["offtopic_any"]) == {"greeting", "unrelated", "other", "all"}
+        assert all(is_share(v) for v in m["offtopic_any"].values())
+        assert n["greeting"] == 2 * offtopic["greeting"] and n["other"] == 2 * 2
+
+
 def test_offtopic_file() -> None:
     raw = json.loads(bench_relevance.DEFAULT_OFFTOPIC.read_text(encoding="utf-8"))
     assert "CC BY 4.0" in raw["about"]
@@ -104,6 +129,7 @@ def test_bench_relevance_smoke(tmp_path: Path) -> None:
             assert kept == sorted(kept, reverse=True), "fewer kept as the floor rises"
             for s in sweep:
                 assert all(is_share(s[k]) for k in ("greeting", "unrelated", "other", "all"))
+            check_turns(r["turns"], written["offtopic"][part])
 
     fit = model["fit"]
     # Every greeting and unrelated dev question x every fact of the dev person it is put to.
@@ -117,8 +143,24 @@ def test_bench_relevance_smoke(tmp_path: Path) -> None:
     floors = [fitted["floor_at"][str(n)] for n in bench_relevance.FLOOR_AT]
     assert floors == sorted(floors), "more facts searched, a higher floor"
     assert -1.0 <= fitted["low"] <= floors[0] <= 1.0 and -1.0 <= fitted["high"] <= 1.0
+    # The turns' section: every (greeting or unrelated dev question, dev turn not short) pair.
+    said = sum(
+        r["turns"]["turns"] - r["turns"]["short"]
+        for r in (model["results"][s]["dev"] for s in ("locomo", "multilingual"))
+    )
+    assert 0 < said < 2 * 16
+    assert fit["turn_pairs"] == dev_offtopic * said
+    assert fit["turn_evidence"] > 0
+    turns_fitted = fit["fitted_turn_scale"]
+    assert turns_fitted["calibrated"] is True
+    assert set(turns_fitted["floor_at"]) == {str(n) for n in bench_relevance.TURNS_AT}
     file = json.loads((out / "relevance.centres.hash_384.json").read_text(encoding="utf-8"))
-    assert set(file) == {"model", "pairs", "low", "high", "tail", "query", "passage"}
+    assert set(file) == {"model", "pairs", "low", "high", "tail", "query", "passage", "turns"}
+    assert set(file["turns"]) == {"pairs", "low", "high", "tail"}
+    assert file["turns"]["pairs"] == fit["turn_pairs"]
+    assert file["turns"]["tail"][0] == [0.5, file["turns"]["low"]]
+    turn_scale = bench_relevance.load_scale(out / "relevance.centres.hash_384.json", "x", "turn")
+    assert turn_scale.calibrated and turn_scale.low == file["turns"]["low"]
     assert file["model"] == "hash:384" and len(file["query"]) == len(file["passage"]) == 384
     levels = [level for level, _ in file["tail"]]
     cosines = [cos for _, cos in file["tail"]]
@@ -130,6 +172,7 @@ def test_bench_relevance_smoke(tmp_path: Path) -> None:
     assert is_share(again["evidence_kept"]["after"]) and is_share(
         again["offtopic_any"]["all"]["after"]
     )
+    check_turns(again["turns"], written["offtopic"]["test"])
 
     hist = model["histograms"]
     for which in ("raw", "score"):
@@ -137,10 +180,19 @@ def test_bench_relevance_smoke(tmp_path: Path) -> None:
         assert hist[which]["pairs"]["relevant"] == 4 * 4
         assert hist[which]["pairs"]["non_evidence"] == 4 * (4 * 3 - 4)
         assert is_share(hist[which]["relevant_at_floor"])
+    assert hist["turns"]["pairs"]["relevant"] > 0 and hist["turns"]["pairs"]["offtopic"] > 0
+    assert all(is_share(hist["turns"][k]) for k in ("relevant_at_floor", "offtopic_at_floor"))
     assert (out / model["plot"]).stat().st_size > 10_000
     text = (out / "relevance.md").read_text(encoding="utf-8")
     assert text.startswith("# The relevance scale per model")
-    for heading in ("## The fit (dev parts)", "## At the floor, the shipped", "## Sweep: hash:384"):
+    for heading in (
+        "## The fit (dev parts)",
+        "### The archived turns' scale",
+        "## At the floor, the shipped",
+        "### Turns, the shipped scale",
+        "### Turns, the scale fitted by this run",
+        "## Sweep: hash:384",
+    ):
         assert heading in text
     assert "relevance.hash_384.png" in text and "Maharana" in text
     assert report["models"]["hash:384"]["results"] == model["results"]
