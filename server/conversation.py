@@ -415,7 +415,7 @@ class MemoryService:
         def search(depth: int) -> list[Hit]:
             # Ranked by the centred query (nearly the scale's order), then scored exactly.
             hits = index.search(
-                scale.centred_query(vector), where=where, k=depth, with_vectors=True
+                scale.centred_query(vector), where=where, k=depth, with_vectors=scale.calibrated
             )
             return rescored(scale, vector, hits, cosines, searched)
 
@@ -529,13 +529,14 @@ class MemoryService:
             cosines=cosines,
             gate=gate,
         )
+        # A model with no fitted scale: every turn the search found is a hit, as before, and
+        # no vector is read for a relevance.
+        calibrated = scale_for(self._indexer.space.encoder.name, "turn").calibrated
         scored = (
             self._relevances([e.message.id for e in chosen], vector, len(person.turns))
-            if mode != "keyword" and chosen
+            if mode != "keyword" and chosen and calibrated
             else {}
         )
-        # A model with no fitted scale: every turn the search found is a hit, as before.
-        calibrated = scale_for(self._indexer.space.encoder.name, "turn").calibrated
         out = []
         for e in chosen:
             relevance, cosine = scored.get(e.message.id, (None, None))

@@ -208,7 +208,7 @@ class MemoryBook:
             )
             vector = space.encoder.encode_query([q.query])[0]
             hits = space.index.search(
-                scale.centred_query(vector), where=where, k=k, with_vectors=True
+                scale.centred_query(vector), where=where, k=k, with_vectors=scale.calibrated
             )
             return rescored(scale, vector, hits, cosines, searched)
 

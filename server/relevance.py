@@ -64,6 +64,10 @@ def rescored(
     are not kept."""
     if not hits:
         return []
+    if not scale.calibrated:  # the raw cosine is the score: nothing to read or compute
+        for hit in hits:
+            cosines[hit.row.id] = round(hit.score, 4)
+        return [Hit(h.row, round(h.score, 4)) for h in hits]
     vectors = np.stack([np.asarray(h.vector, dtype=np.float32) for h in hits])
     out = []
     scores = scale.scores(np.asarray(query, np.float32), vectors, searched)

@@ -149,7 +149,10 @@ class ExcerptOut(BaseModel):
         " there was.",
     )
     relevance: float | None = Field(
-        None, description=SCORE_HELP + " Null in keyword mode and for turns not yet embedded."
+        None,
+        description=SCORE_HELP
+        + " Null in keyword mode, for turns not yet embedded, and with a model that has no"
+        " fitted scale.",
     )
     cosine: float | None = Field(None, description=COSINE_HELP)
 
