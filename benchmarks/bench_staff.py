@@ -34,11 +34,15 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.bench_fusion import SETS, embed, load  # noqa: E402
 from embeddings.calibration import calibration_for  # noqa: E402
 from embeddings.index import IndexRow, VectorIndex  # noqa: E402
+from embeddings.relevance import scale_for  # noqa: E402
 from server.config import DEFAULT_MODEL  # noqa: E402
-from server.relevance import relevance  # noqa: E402
+from server.relevance import relevance, word_match  # noqa: E402
+from server.staff_relevance import judged  # noqa: E402
+from server.words import is_short  # noqa: E402
 
 PAGE = 50  # the staff page asks for 50 results
-FLOORS = (0.0, 0.01, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.6)
+FLOORS = (0.0, 0.01, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.6, 0.7)
+STRONG = 0.75
 
 
 def run(
@@ -75,6 +79,15 @@ def run(
         answer_scores: list[float] = []
         filler_scores: list[float] = []
         pages: list[list[tuple[float, bool]]] = []
+        # the relevance scale (server/staff_relevance.py): each hit's own vector, in a search
+        # over every turn of the table
+        scale = scale_for(model, "turn")
+        vectors = {
+            f"turn:{c}:{i}": np.asarray(own[c][i], dtype=np.float32)
+            for c, conv in enumerate(convs)
+            for i in range(len(conv.turns))
+        }
+        scaled: list[list[tuple[float, bool, bool]]] = []  # (relevance, evidence, short)
         for c, conv in enumerate(convs):
             for q, (question, evidence) in enumerate(conv.questions):
                 qv = np.asarray(questions[c][q], dtype=np.float32)
@@ -94,6 +107,21 @@ def run(
                     (relevance(h.score, "hybrid", calibration), h.row.id in wanted) for h in hits
                 ]
                 pages.append(scored)
+                if scale.calibrated and hits:
+                    says_all = word_match(question)
+                    values = scale.scores(
+                        qv, np.stack([vectors[h.row.id] for h in hits]), len(vectors)
+                    )
+                    scaled.append(
+                        [
+                            (
+                                judged(v, h.row.content, True, says_all(h.row.content)),
+                                h.row.id in wanted,
+                                is_short(h.row.content),
+                            )
+                            for h, (v, _) in zip(hits, values, strict=True)
+                        ]
+                    )
                 first = next((n for n, h in enumerate(hits) if h.row.id in wanted), None)
                 ranks.append(first)
                 if first is not None:
@@ -111,7 +139,46 @@ def run(
                 "results shown (p90)": float(np.percentile([len(p) for p in kept], 90)),
             }
         )
+    scale_rows = []
+    for floor in FLOORS if scaled else ():
+        kept_scaled = [[r for r in page if r[0] >= floor] for page in scaled]
+        scale_rows.append(
+            {
+                "floor": floor,
+                "answer on the page": statistics.fmean(
+                    any(ev for _, ev, _ in p) for p in kept_scaled
+                ),
+                "results shown (mean)": statistics.fmean(len(p) for p in kept_scaled),
+                "results shown (p90)": float(np.percentile([len(p) for p in kept_scaled], 90)),
+            }
+        )
+    flat = [r for page in scaled for r in page]
+    strong = [r for r in flat if r[0] >= STRONG]
+    firsts = [next((r for r in page if r[1]), None) for page in scaled]
+    found_answers = [r for r in firsts if r is not None]
+    labels = {
+        "results labelled strong (share of all results)": (len(strong) / len(flat))
+        if flat
+        else None,
+        "strong results that are evidence": (sum(r[1] for r in strong) / len(strong))
+        if strong
+        else None,
+        "short turns labelled strong": sum(r[2] for r in strong),
+        "first evidence on the page labelled strong / good / weak": [
+            sum(r[0] >= STRONG for r in found_answers) / max(len(found_answers), 1),
+            sum(0.4 <= r[0] < STRONG for r in found_answers) / max(len(found_answers), 1),
+            sum(r[0] < 0.4 for r in found_answers) / max(len(found_answers), 1),
+        ],
+        "other results labelled strong / good / weak": [
+            sum(r[0] >= STRONG for r in flat if not r[1]) / max(sum(not r[1] for r in flat), 1),
+            sum(0.4 <= r[0] < STRONG for r in flat if not r[1])
+            / max(sum(not r[1] for r in flat), 1),
+            sum(r[0] < 0.4 for r in flat if not r[1]) / max(sum(not r[1] for r in flat), 1),
+        ],
+    }
     return {
+        "scale rows": scale_rows,
+        "scale labels": labels,
         "set": set_name,
         "model": model,
         "conversations": len(convs),
@@ -166,6 +233,23 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {row['floor']:.2f} | {row['answer on the page']:.3f} | "
             f"{row['results shown (mean)']:.1f} | {row['results shown (p90)']:.0f} |"
         )
+    if result.get("scale rows"):
+        lines += [
+            "",
+            "On the relevance scale (server/staff_relevance.py: each result's own vector, in a"
+            " search over every turn of the table; at least strong when it says every word of"
+            " the question; a short turn never strong):",
+            "",
+            f"- labels: {json.dumps(result['scale labels'])}",
+            "",
+            "| relevance floor | answer on the page | results shown (mean) | (p90) |",
+            "| --- | --- | --- | --- |",
+        ]
+        for row in result["scale rows"]:
+            lines.append(
+                f"| {row['floor']:.2f} | {row['answer on the page']:.3f} | "
+                f"{row['results shown (mean)']:.1f} | {row['results shown (p90)']:.0f} |"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -870,7 +870,13 @@ class StaffSearchIn(Strict):
     until: str | None = Field(None, max_length=TIME_CHARS)
     limit: int = Field(20, ge=1, le=200)
     offset: int = Field(0, ge=0, le=10_000)
-    threshold: float | None = Field(None, ge=-1.0, le=1.0, description="Cosine floor.")
+    threshold: float | None = Field(
+        None,
+        ge=-1.0,
+        le=1.0,
+        description="Show results of at least this relevance (the relevance scale, as"
+        " min_relevance; a model with no fitted scale: a floor on the raw score).",
+    )
     min_relevance: float | None = Field(
         None,
         ge=0.0,
@@ -897,12 +903,18 @@ class StaffHit(BaseModel):
         description="[start, end) character spans of the query's words in the text."
     )
     relevance: float = Field(
-        description="0 (what filler scores) to 1 (what the answer to a question typically "
-        "scores), for the model and mode in use; the order is the score's."
+        description="On the relevance scale (0.7 means relevant to the question, as facts in"
+        " the context), from the result's own stored vector, the same in every mode; a result"
+        " that says every word of the query is at least 0.75 (strong). The order is the mode's"
+        " (in semantic mode `score` is this scale's too). A model with no fitted scale: 0"
+        " (what filler scores) to 1 (what an answer typically scores) for the mode in use."
     )
     match: Literal["strong", "good", "weak"] = Field(
-        description="the relevance in words; a turn of a few words (a greeting, 'ok') is never"
-        " strong"
+        description="the relevance in words (strong from 0.75, good from 0.4); a turn of a few"
+        " words (a greeting, 'ok') is never strong"
+    )
+    cosine: float | None = Field(
+        None, description="The raw cosine of the result's stored vector to the query."
     )
     replaced_by: str | None = Field(
         None,

@@ -10,12 +10,13 @@ from typing import Any
 
 from embeddings.calibration import calibration_for
 from embeddings.index import Hit, quote
+from embeddings.relevance import scale_for
 from server import words
 from server.auth import Principal
 from server.hooks import Hooks
 from server.indexer import Indexer
 from server.redaction import redact
-from server.relevance import STRONG, relevance, word_match
+from server.staff_relevance import Candidate, StaffScorer, passes
 from server.store import Store
 from server.store.records import Memory, Message
 
@@ -87,7 +88,7 @@ class StaffQuery:
     limit: int = 20
     offset: int = 0
     threshold: float | None = None
-    # The relevance a result needs (server/relevance.py); None: the model's staff floor.
+    # The relevance a result needs (server/staff_relevance.py); None: the model's floor.
     min_relevance: float | None = None
 
 
@@ -110,8 +111,9 @@ class Found:
     created_at: str
     status: str
     highlights: list[tuple[int, int]]
-    relevance: float = 0.0  # 0 filler .. 1 as close as an answer comes (server/relevance.py)
+    relevance: float = 0.0  # on the relevance scale (server/staff_relevance.py)
     replaced_by: str | None = None  # a superseded fact: the current fact of its chain
+    cosine: float | None = None  # the raw cosine of its stored vector to the query, when read
 
 
 class StaffSearch:
@@ -142,37 +144,58 @@ class StaffSearch:
         depth = q.offset + q.limit + 1  # one more: is there a next page?
         where = self._where(q, agents)
         calibration = calibration_for(space.encoder.name)
-        floor = calibration.staff_floor if q.min_relevance is None else q.min_relevance
-        never_hidden = _never_hidden(q)
+        # On a calibrated model `threshold` is a floor on the relevance scale (below): the
+        # index's own searches take no raw floor then.
+        raw = q if not scale_for(space.encoder.name).calibrated else replace(q, threshold=None)
+        named = self._named_person(raw, where, agents) if q.phone is None else None
+        rest = words.without_names(q.query, {named[2]}) if named is not None else None
+        scorer = StaffScorer(space, q.query, q.mode, calibration, rest=rest, where=where)
+        # Every floor is on the relevance scale on a calibrated model: `threshold` too, read
+        # once a result's relevance is known, never as a raw score inside the index.
+        asked = q.min_relevance if q.min_relevance is not None else None
+        if asked is None and scorer.calibrated and q.threshold is not None:
+            asked = q.threshold
+        floor = calibration.staff_floor if asked is None else asked
+        shows = passes(floor, asked is not None)
+        min_score = raw.threshold
         hits: list[Hit] = []
         own: list[Found] = []  # a named person's archived turns, ranked by her own words
-        named = self._named_person(q, where, agents) if q.phone is None else None
-        if named is not None:
+
+        def passing(candidates: list[Candidate]) -> list[bool]:
+            values = scorer.relevances(candidates)
+            return [
+                shows(v, scorer.says_every_word(c.text))
+                for c, v in zip(candidates, values, strict=True)
+            ]
+
+        if named is not None and rest is not None:
             # "What is Carmen allergic to?": Carmen's own items first, ranked by the rest of
             # the question (her name is in greetings, not in what she said), then the rest;
             # hers that the page would hide leave their places to others.
-            agent, phone, name = named
-            rest = words.without_names(q.query, {name})
+            agent, phone, _ = named
             person = f"{where} AND agent = {quote(agent)} AND phone = {quote(phone)}"
             if "turns" in q.kinds:
                 # Her archived turns as the context ranks them: BM25 counted over her own
                 # turns, where a word of the question is rare if she rarely says it.
                 person += " AND NOT (kind = 'turn' AND status = 'archived')"
-                own = [
-                    _found_turn(m, score)
+                ranked = [
+                    (m, score)
                     for m, score in self._person_ranking(
-                        agent, phone, q.query, depth, q.mode, q.threshold
+                        agent, phone, q.query, depth, q.mode, min_score
                     )
                     if _in_time(m, q)
-                    and (relevance(score, q.mode, calibration) >= floor or never_hidden(m.content))
                 ]
-            hits = [
-                h
-                for h in space.retrieve(
-                    q.mode, rest, where=person, k=depth, min_score=q.threshold, own_words=True
+                keep_own = passing(
+                    [Candidate(f"turn:{m.id}", m.content, s, named=True) for m, s in ranked]
                 )
-                if relevance(h.score, q.mode, calibration) >= floor or never_hidden(h.row.content)
-            ]
+                own = [_found_turn(m, s) for (m, s), ok in zip(ranked, keep_own, strict=True) if ok]
+            theirs = space.retrieve(
+                q.mode, rest, where=person, k=depth, min_score=min_score, own_words=True
+            )
+            keep_hers = passing(
+                [Candidate(h.row.id, h.row.content, h.score, named=True) for h in theirs]
+            )
+            hits = [h for h, ok in zip(theirs, keep_hers, strict=True) if ok]
         if len(hits) + len(own) < depth:
             seen = {h.row.id for h in hits}
             if named is not None:  # hers were weighed by the rest of the question above
@@ -182,26 +205,40 @@ class StaffSearch:
                 q.query,
                 where=where,
                 k=depth,
-                min_score=q.threshold,
+                min_score=min_score,
                 own_words=True,  # staff look for who said it: the turn itself comes first
             )
             hits += [h for h in others if h.row.id not in seen][: depth - len(hits) - len(own)]
+        found_now = [*self._still_there(hits), *own]
+        hers = {(named[0], named[1])} if named is not None else set()
+        candidates = [
+            Candidate(_row_id(f), f.text, f.score, named=(f.agent, f.phone) in hers)
+            for f in found_now
+        ]
+        values = scorer.relevances(candidates)
+        semantic = scorer.calibrated and q.mode == "semantic"
         there = [
-            replace(f, relevance=_capped(f, relevance(f.score, q.mode, calibration)))
-            for f in [*self._still_there(hits), *own]
+            replace(
+                f,
+                # semantic search's score is the scale's, as the context's (the raw cosine
+                # beside it); hybrid and keyword keep their own, which BM25 has no scale for
+                score=scorer.scale_score(c) if semantic else f.score,
+                relevance=value,
+                cosine=scorer.cosine(c.row_id),
+            )
+            for f, c, value in zip(found_now, candidates, values, strict=True)
         ]
         # A turn that says almost nothing ("ok gracias", "Wow, Caroline!") goes below the ones
         # that say something at the same score (server/words.py); its score stays as found.
         # A named person's items stay first.
-        first = {(named[0], named[1])} if named is not None else set()
         there.sort(
             key=lambda f: (
-                (f.agent, f.phone) not in first,
+                (f.agent, f.phone) not in hers,
                 -f.score * (words.SHORT_TURN_WEIGHT if _short(f) else 1.0),
             )
         )
         there = self._current_first(there)
-        shown = [f for f in there if f.relevance >= floor or never_hidden(f.text)]
+        shown = [f for f in there if shows(f.relevance, scorer.says_every_word(f.text))]
         window = shown[q.offset : q.offset + q.limit + 1]
         found = window[: q.limit]
         self._hooks.reach("staff.searched")
@@ -465,6 +502,11 @@ def _in_time(message: Message, q: StaffQuery) -> bool:
     )
 
 
+def _row_id(found: Found) -> str:
+    """The index row a result was found as."""
+    return f"{KIND_OF[found.kind]}:{found.id}"
+
+
 def _short(found: Found) -> bool:
     return found.kind == "turns" and words.is_short(found.text)
 
@@ -477,15 +519,6 @@ def highlight(text: str, query: str) -> list[tuple[int, int]]:
         if (len(w) >= 3 or w.isdigit()) and w.lower() not in _STOPWORDS
     }
     return [(m.start(), m.end()) for m in _WORD.finditer(text) if m.group().lower() in words]
-
-
-def _never_hidden(q: StaffQuery) -> Callable[[str], bool]:
-    """Which texts the floor may not hide. The model's floor hides filler, and a result that
-    says every word of the query is not filler, however little BM25 makes of a word found in
-    every turn. A floor the caller set (min_relevance) is theirs, applied as asked."""
-    if q.min_relevance is not None:
-        return lambda _text: False
-    return word_match(q.query)
 
 
 def _filters(q: StaffQuery) -> dict[str, Any]:
@@ -501,11 +534,3 @@ def _filters(q: StaffQuery) -> dict[str, Any]:
         "threshold": q.threshold,
         "min_relevance": q.min_relevance,
     }
-
-
-def _capped(found: Found, value: float) -> float:
-    """A turn that says almost nothing ("hi", "ok gracias") is never a strong match: it holds
-    no fact to match, whatever its score."""
-    if _short(found):
-        return min(value, STRONG - 0.001)
-    return value

@@ -49,6 +49,7 @@ def staff_search(
             relevance=f.relevance,
             match=in_words(f.relevance),
             replaced_by=f.replaced_by,
+            cosine=f.cosine,
         )
         for f in page.items
     ]

@@ -184,13 +184,15 @@ def test_staff_search_hides_filler_below_the_floor_and_keeps_the_paraphrase(
     assert 0 < items[0]["relevance"] <= 1 and items[0]["match"] in ("weak", "good", "strong")
     assert found["floor"] == 0.01 and isinstance(found["hidden"], int) and found["hidden"] >= 20
     assert len(items) + found["hidden"] == 42  # everything was looked at: shown or hidden
-    relevances = [i["relevance"] for i in items]
-    assert relevances == sorted(relevances, reverse=True)  # the order is the score's
-    # min_relevance 0 shows everything, filler included, relevance 0 at the bottom.
+    # the order is the mode's (hybrid); relevance is each result's own, on the scale: the
+    # paraphrase is the most relevant of all
+    assert items[0]["relevance"] == max(i["relevance"] for i in items)
+    # min_relevance 0 shows everything: the filler that was hidden is what is at relevance 0.
     everything = staff(query="When is my granny having her birthday?", limit=50, min_relevance=0)
     shown = everything["items"]
     assert isinstance(shown, list) and len(shown) == 42 and everything["hidden"] == 0
-    assert shown[-1]["relevance"] == 0.0 and shown[-1]["match"] == "weak"
+    below = [i for i in shown if i["relevance"] < 0.01]
+    assert len(below) == found["hidden"] and all(i["match"] == "weak" for i in below)
     # The order number, asked by its words: the one turn that has it is a strong match.
     exact = staff(query="order 48213 refund", mode="keyword")["items"]
     assert isinstance(exact, list) and exact[0]["text"].endswith("order 48213")

@@ -284,11 +284,12 @@ def test_the_floor_never_hides_a_turn_that_has_the_words_asked_for(e5_api: Api) 
         assert found["floor"] == 0.01 and found["hidden"] == 0, (mode, found["hidden"])
         items = found["items"]
         assert len(items) == 30 and all("Cumpleaños" in i["text"] for i in items), mode
-        relevances = [i["relevance"] for i in items]
-        assert relevances == sorted(relevances, reverse=True), mode  # still the score's order
+        # each says the word asked for: a strong match, whatever its vector says
+        assert all(i["relevance"] >= 0.75 and i["match"] == "strong" for i in items), mode
     # A floor asked for is applied as asked: min_relevance is a cut on relevance alone.
-    asked = search(e5_api, query="cumpleanos", mode="keyword", limit=50, min_relevance=0.5)
-    assert asked["items"] == [] and asked["hidden"] == 30
+    asked = search(e5_api, query="cumpleanos", mode="keyword", limit=50, min_relevance=0.9)
+    assert all(i["relevance"] >= 0.9 for i in asked["items"])
+    assert asked["hidden"] == 30 - len(asked["items"]) > 0
 
     # Filler found only by meaning stays hidden: another person's small talk.
     for i in range(8):
@@ -408,7 +409,7 @@ def test_a_named_person_under_an_agent_the_key_cannot_read_stays_hidden(
 def test_a_learned_name_that_is_also_an_ordinary_word_is_not_one(
     api_factory: Callable[..., Api],
 ) -> None:
-    """"Hola Rosa" twice makes Rosa a name, unless the chat also writes "rosa" as a word: then
+    """ "Hola Rosa" twice makes Rosa a name, unless the chat also writes "rosa" as a word: then
     it stays in the search (a question about "la camiseta rosa" needs it)."""
     api = api_factory(turn_window=0)
     person = "+34600777888"
@@ -535,3 +536,60 @@ def test_small_talk_is_never_a_strong_match(seeded: Api) -> None:
     said_hi = [i for i in items if i["text"] == "hi"]
     assert said_hi and said_hi[0]["score"] > 0.99, "the same words: the best score there is"
     assert all(i["match"] != "strong" for i in said_hi)
+
+
+SHOES_AND_MOVE = [
+    "I bought running shoes last week, size 41, but they pinch at the toes",
+    "Can I swap the running shoes for a half size bigger?",
+    "We are moving to Sevilla next month, so send the new pair there",
+    "The new flat in Sevilla has a doorman, he can take the parcel",
+    "My sister lives in Granada and wants the same shoes for her birthday",
+    "Please keep the receipt in my account, I may return the jacket later",
+]
+
+
+@pytest.mark.model
+def test_staff_relevance_is_the_scale_in_every_mode(e5_api: Api) -> None:
+    """The issue's page, on the shipped e5 scale: a question about nothing anyone said has no
+    strong match (it had 0.88 on the old anchors), small talk never is one, the turn that
+    answers is the most relevant, and semantic search's score is the scale's with the raw
+    cosine beside it."""
+    for i, text in enumerate(SHOES_AND_MOVE):
+        e5_api.post_turn(text, agent="shop", phone=MAYA, role="user" if i % 2 == 0 else "assistant")
+    for text in ("hi", "ok gracias", "hello there!", "thanks, bye"):
+        e5_api.post_turn(text, agent="shop", phone=LEO)
+    e5_api.index()
+    off = search(e5_api, query="quantum physics homework", mode="semantic", min_relevance=0)
+    assert off["items"] and all(i["match"] != "strong" for i in off["items"])
+    assert all(i["relevance"] < 0.7 for i in off["items"]), off["items"]
+    for mode in ("semantic", "hybrid", "keyword"):
+        # 48213: a number nobody typed; greetings are not a strong match for it in any mode
+        page = search(e5_api, query="48213", mode=mode, min_relevance=0)["items"]
+        assert all(i["match"] != "strong" for i in page), mode
+    answer = search(e5_api, query="which city is she moving to?", mode="semantic")
+    top = answer["items"][0]
+    # the answer first, and the most relevant (the turns' scale is strict: chit-chat is near
+    # every question, so evidence turns seldom reach "strong"; embeddings/relevance.py)
+    assert "Sevilla" in top["text"] and top["match"] in ("good", "strong"), answer["items"][:3]
+    assert top["relevance"] == max(i["relevance"] for i in answer["items"])
+    scores = [i["score"] for i in answer["items"]]
+    assert scores == sorted(scores, reverse=True)
+    for item in answer["items"]:
+        assert 0.0 <= item["score"] <= 1.0 and item["cosine"] is not None
+        short = item["kind"] == "turns" and len(item["text"].split()) <= 6
+        assert item["relevance"] == (min(item["score"], 0.749) if short else item["score"])
+    # the same result has the same relevance whatever the mode found it by
+    by_mode = {
+        mode: {
+            i["id"]: i["relevance"]
+            for i in search(e5_api, query="which city is she moving to?", mode=mode)["items"]
+        }
+        for mode in ("semantic", "hybrid")
+    }
+    shared = set(by_mode["semantic"]) & set(by_mode["hybrid"])
+    assert shared and all(by_mode["semantic"][i] == by_mode["hybrid"][i] for i in shared)
+    # `threshold` is a floor on the same scale
+    floored = search(e5_api, query="which city is she moving to?", mode="hybrid", threshold=0.4)
+    assert floored["floor"] == 0.4 and floored["hidden"] > 0
+    assert floored["items"] and all(i["relevance"] >= 0.4 for i in floored["items"])
+    assert any("Sevilla" in i["text"] for i in floored["items"])
