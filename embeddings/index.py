@@ -466,6 +466,18 @@ class VectorIndex:
         table = self._read(lambda: self._table.to_lance().to_table(columns=["id"], filter=where))
         return [str(i) for i in table.column("id").to_pylist()]
 
+    def person_vectors(self, agent: str, phone: str, *, kind: str) -> dict[str, Vectors]:
+        """Stored vectors of a person's rows of one kind, by id (one scan)."""
+        where = f"agent = {quote(agent)} AND phone = {quote(phone)} AND kind = {quote(kind)}"
+        found = self._read(
+            lambda: self._table.to_lance().to_table(columns=["id", "vector"], filter=where)
+        )
+        if not found.num_rows:
+            return {}
+        flat = found.column("vector").combine_chunks().flatten().to_numpy()
+        matrix = np.asarray(flat, dtype=np.float32).reshape(found.num_rows, self.dim)
+        return {str(i): matrix[n] for n, i in enumerate(found.column("id").to_pylist())}
+
     def all_ids(self) -> list[str]:
         table = self._read(lambda: self._table.to_lance().to_table(columns=["id"]))
         return [str(i) for i in table.column("id").to_pylist()]

@@ -192,8 +192,17 @@ class Settings(BaseSettings):
         ge=0,
         le=1_000_000,
         description="Memory for people's archived turns kept between requests with their"
-        " keyword statistics (excerpts), estimated at 1.2 KB a turn and 60 bytes a character;"
-        " least recently used first out; 0: none kept (each context reads them again).",
+        " keyword statistics and vectors (excerpts), estimated at 1.2 KB a turn, 60 bytes a"
+        " character and the vector's size; least recently used first out; 0: none kept (each"
+        " context reads them again).",
+    )
+    facts_cache_mb: int = Field(
+        20,
+        ge=0,
+        le=1_000_000,
+        description="Memory for people's current facts' vectors kept between requests"
+        " (a context then searches them with no index read), estimated at 1.6 KB a fact and"
+        " its characters; least recently used first out; 0: none kept.",
     )
     embedding_batch_size: int = Field(64, ge=1, description="Texts per embedding batch.")
     indexer_batch_size: int = Field(512, ge=1, description="Outbox rows the indexer takes at once.")

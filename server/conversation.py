@@ -15,13 +15,14 @@ import numpy as np
 from embeddings.calibration import calibration_for
 from embeddings.encoder import Vectors
 from embeddings.index import Hit, quote
-from embeddings.relevance import scale_for
+from embeddings.relevance import Scale, scale_for
 from server import redacted_fields, words
 from server.agent_settings import AgentConfig, AgentSettings, OptOutPolicy
 from server.clock import Clock, format_time, parse_time, utc_now
 from server.compaction import Compacted, Compaction
 from server.config import Settings
 from server.excerpts import PersonTurns, TurnsCache, windows
+from server.fact_vectors import FactsCache, PersonFacts
 from server.hooks import Hooks
 from server.indexer import Indexer, search_deeper
 from server.locks import KeyedLocks
@@ -38,6 +39,7 @@ from server.store import (
     Store,
     Summary,
 )
+from server.turn_vectors import TurnVectors, read_turn_vectors
 from server.validation import one_line
 from server.words import name_words, named_side, proper_name_words, terms, without_names
 
@@ -161,7 +163,10 @@ class MemoryService:
         self._people = KeyedLocks()
         self._searches = ThreadPoolExecutor(max_workers=8, thread_name_prefix="search")
         self._turns = TurnsCache(settings.turns_cache_mb * 2**20)
-        self._moves = PersonMoves(store, indexer, self._people, self._turns, self._hooks)
+        self._facts = FactsCache(settings.facts_cache_mb * 2**20)
+        self._moves = PersonMoves(
+            store, indexer, self._people, self._turns, self._hooks, self._facts
+        )
 
     # -- per-agent settings ------------------------------------------------------------------
 
@@ -410,7 +415,12 @@ class MemoryService:
         index = self._indexer.space.index
         scale = scale_for(self._indexer.space.encoder.name)
         cosines: dict[str, float] = {}
-        searched = self._store.count_current_facts(agent, phone) if scale.calibrated else 1
+        current = self._store.current_fact_texts(agent, phone)
+        searched = len(current) if scale.calibrated else 1
+        if as_of is None:
+            in_memory = self._facts.get((agent, phone), current, index, self._space_key())
+            if in_memory.complete:  # the person's working set: no index read
+                return self._facts_in_memory(in_memory, vector, scale, searched, k, threshold)
 
         def search(depth: int) -> list[Hit]:
             # Ranked by the centred query (nearly the scale's order), then scored exactly.
@@ -436,6 +446,46 @@ class MemoryService:
             want=k,
             depth=max(2 * k, RESCORE_DEPTH) if as_of is None else max(4 * k, 50),
         )
+
+    def _facts_in_memory(
+        self,
+        facts: PersonFacts,
+        vector: Vectors,
+        scale: Scale,
+        searched: int,
+        k: int,
+        threshold: float,
+    ) -> list[FactHit]:
+        """The top k of a person's current facts at or above the threshold, scored as the
+        index search and its rescoring score them (server/relevance.py), from memory."""
+        if not facts.facts:
+            return []
+        query = np.asarray(vector, np.float32)
+        if scale.calibrated:
+            scored = scale.scores(query, facts.matrix, searched)
+        else:  # the raw cosine is the score
+            raw = facts.matrix @ query
+            scored = [(round(float(c), 4), round(float(c), 4)) for c in raw]
+        ranked = sorted(
+            ((score, cosine, i) for i, (score, cosine) in enumerate(scored) if score >= threshold),
+            key=lambda s: (-s[0], s[2]),
+        )
+        ids = [facts.facts[i][0] for _, _, i in ranked]
+        stored = self._store.memories_by_ids(ids[: max(2 * k, RESCORE_DEPTH)])
+        out = []
+        for score, cosine, i in ranked:
+            m = stored.get(facts.facts[i][0])
+            if m is None or m.status != "approved" or m.invalid_at is not None:
+                continue
+            out.append(FactHit(m.id, m.content, m.type, score, m.since, cosine))
+            if len(out) == k:
+                break
+        return out
+
+    def _space_key(self) -> str:
+        """Which model's table the vectors in memory were read from."""
+        index = self._indexer.space.index
+        return f"{index.location}|{index.name}"
 
     def search_excerpts(
         self,
@@ -472,12 +522,45 @@ class MemoryService:
         mark = self._store.archive_mark(agent, phone)
         if mark[0] == 0:
             return None
-        return self._turns.get(
+        index = self._indexer.space.index
+        person = self._turns.get(
             (agent, phone),
             mark,
             lambda: self._store.archived_turns(agent, phone),
             self._settings.turn_window,
+            index.dim,
         )
+        self._with_vectors(agent, phone, person)
+        return person
+
+    def turns_held(self) -> int:
+        """Bytes of people's turns and vectors held in memory now (by the cache's estimate)."""
+        return self._turns.held
+
+    def _with_vectors(self, agent: str, phone: str, person: PersonTurns) -> None:
+        """The person's turns' vectors in memory (server/turn_vectors.py): read from the index
+        the first time, and after that only for turns new to the cache or not yet indexed."""
+        space = self._indexer.space
+        key = self._space_key()
+        with person.lock:
+            current = person.vectors
+            if current is not None and current.space == key and current.complete:
+                return
+            known, rows = (
+                (current, person.position)
+                if current is not None
+                else person.previous or (None, None)
+            )
+            person.vectors = read_turn_vectors(
+                space.index, key, [m.id for m in person.turns], (agent, phone), known, rows
+            )
+            person.previous = None
+
+    @staticmethod
+    def _ready_vectors(person: PersonTurns | None) -> TurnVectors | None:
+        """The person's turns' vectors when every one is in memory; None: use the index."""
+        vectors = person.vectors if person is not None else None
+        return vectors if vectors is not None and vectors.complete else None
 
     def find_excerpts(
         self,
@@ -533,7 +616,7 @@ class MemoryService:
         # no vector is read for a relevance.
         calibrated = scale_for(self._indexer.space.encoder.name, "turn").calibrated
         scored = (
-            self._relevances([e.message.id for e in chosen], vector, len(person.turns))
+            self._relevances(person, [e.message.id for e in chosen], vector)
             if mode != "keyword" and chosen and calibrated
             else {}
         )
@@ -563,19 +646,26 @@ class MemoryService:
         return out
 
     def _relevances(
-        self, message_ids: list[int], vector: Callable[[], Vectors], searched: int
+        self, person: PersonTurns, message_ids: list[int], vector: Callable[[], Vectors]
     ) -> dict[int, tuple[float, float]]:
-        """(relevance, raw cosine) of these archived turns to the query in a search over
-        `searched` turns, from their stored vectors (one read of the index)."""
-        stored = self._indexer.space.index.vectors([f"turn:{i}" for i in message_ids])
+        """(relevance, raw cosine) of these archived turns to the query in a search over all
+        of the person's turns, from their stored vectors (in memory, or one read of the
+        index)."""
+        in_memory = self._ready_vectors(person)
+        if in_memory is not None:
+            found = [i for i in message_ids if i in person.position]
+            stored = {i: in_memory.matrix[person.position[i]] for i in found}
+        else:
+            read = self._indexer.space.index.vectors([f"turn:{i}" for i in message_ids])
+            stored = {int(k.removeprefix("turn:")): v for k, v in read.items()}
         if not stored:
             return {}
         ids = list(stored)
         scale = scale_for(self._indexer.space.encoder.name, "turn")
         scores = scale.scores(
-            np.asarray(vector(), np.float32), np.stack([stored[i] for i in ids]), searched
+            np.asarray(vector(), np.float32), np.stack([stored[i] for i in ids]), len(person.turns)
         )
-        return {int(i.removeprefix("turn:")): score for i, score in zip(ids, scores, strict=True)}
+        return dict(zip(ids, scores, strict=True))
 
     def _neighbour_cosines(
         self,
@@ -594,18 +684,29 @@ class MemoryService:
                 continue
             for j in range(max(0, i - EXCERPT_NEIGHBOURS), min(n, i + EXCERPT_NEIGHBOURS + 1)):
                 wanted.add(person.turns[j].id)
-        self._stored_cosines(sorted(wanted), cosines, vector)
+        self._stored_cosines(person, sorted(wanted), cosines, vector)
 
     def _stored_cosines(
-        self, message_ids: Iterable[int], cosines: dict[int, float], vector: Callable[[], Vectors]
+        self,
+        person: PersonTurns | None,
+        message_ids: Iterable[int],
+        cosines: dict[int, float],
+        vector: Callable[[], Vectors],
     ) -> None:
-        """Add to `cosines` those of these archived turns it lacks, from their stored vectors
-        (one read of the index, none when nothing is missing)."""
-        missing = [f"turn:{i}" for i in message_ids if i not in cosines]
+        """Add to `cosines` those of these archived turns it lacks, from their stored vectors:
+        the person's in memory, or one read of the index (none when nothing is missing)."""
+        missing = [i for i in message_ids if i not in cosines]
         if not missing:
             return
         query = vector()
-        for row_id, stored in self._indexer.space.index.vectors(missing).items():
+        in_memory = self._ready_vectors(person)
+        if in_memory is not None and person is not None:
+            rows = [person.position[i] for i in missing if i in person.position]
+            values = in_memory.matrix[rows] @ np.asarray(query, np.float32)
+            cosines.update(zip((person.turns[r].id for r in rows), values.tolist(), strict=True))
+            return
+        ids = [f"turn:{i}" for i in missing]
+        for row_id, stored in self._indexer.space.index.vectors(ids).items():
             cosines[int(row_id.removeprefix("turn:"))] = float(stored @ query)
 
     def ranked_turns(
@@ -669,11 +770,16 @@ class MemoryService:
         if cosines is None:
             cosines = {}
         if mode != "keyword":
-            where = _person_filter(agent, phone) + " AND kind = 'turn' AND status = 'archived'"
-            semantic = self._indexer.space.index.search(
-                vector(), where=where, k=depth, min_score=threshold
-            )
-            cosines.update((int(h.row.ref_id), h.score) for h in semantic)
+            in_memory = self._ready_vectors(person)
+            if in_memory is not None:  # the person's working set: no index read
+                top = in_memory.top(np.asarray(vector(), np.float32), depth, threshold)
+                cosines.update((person.turns[i].id, score) for i, score in top)
+            else:
+                where = _person_filter(agent, phone) + " AND kind = 'turn' AND status = 'archived'"
+                semantic = self._indexer.space.index.search(
+                    vector(), where=where, k=depth, min_score=threshold
+                )
+                cosines.update((int(h.row.ref_id), h.score) for h in semantic)
         bm25: dict[int, float] = {}
         if mode != "semantic":
             bm25 = dict(person.bm25(terms(query), depth))
@@ -682,7 +788,7 @@ class MemoryService:
         elif mode == "keyword":
             scores = bm25
         else:
-            scores = self._fused(cosines, bm25, vector)
+            scores = self._fused(person, cosines, bm25, vector)
         other_side = calibration_for(self._indexer.space.encoder.name).excerpt_other_side
         for message_id in scores:
             position = person.position.get(message_id)
@@ -695,12 +801,16 @@ class MemoryService:
         return sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:k]
 
     def _fused(
-        self, cosines: dict[int, float], bm25: dict[int, float], vector: Callable[[], Vectors]
+        self,
+        person: PersonTurns,
+        cosines: dict[int, float],
+        bm25: dict[int, float],
+        vector: Callable[[], Vectors],
     ) -> dict[int, float]:
         """weight * cosine + (1 - weight) * bm25 / (bm25 + scale), as the shared index fuses
         (embeddings/index.py, fuse_scores): a keyword hit the semantic half did not return
         gets its own cosine from its stored vector."""
-        self._stored_cosines(bm25, cosines, vector)
+        self._stored_cosines(person, bm25, cosines, vector)
         calibration = calibration_for(self._indexer.space.encoder.name)
         weight, scale = calibration.excerpt_weight, calibration.excerpt_scale
         return {
@@ -866,6 +976,7 @@ class MemoryService:
         self._hooks.reach("forget.journaled")
         with self._people.hold((agent, phone)):
             self._turns.drop(agent, phone)
+            self._facts.drop(agent, phone)
             try:
                 vectors = self._indexer.forget(agent, phone, erase_rows)
             except StillActive:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 
 from server.store.records import Message
+from server.turn_vectors import TurnVectors, vector_bytes
 from server.words import is_short, learn_addressees, learn_names, terms_of_many
 
 # BM25's usual constants (those of the full-text index).
@@ -52,6 +53,12 @@ class PersonTurns:
     short: list[bool] = field(default_factory=list)
     _postings: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # term: (i, tf)
     _lengths: list[int] = field(default_factory=list)
+    # Their stored vectors, row i for turn i (server/turn_vectors.py), filled on first use
+    # under `lock`; `previous` holds the replaced entry's vectors and rows (message id: row)
+    # until then, so that only turns new to the cache are read from the index.
+    vectors: TurnVectors | None = None
+    previous: tuple[TurnVectors, dict[int, int]] | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
     def build(
@@ -104,9 +111,10 @@ class PersonTurns:
 
 
 class TurnsCache:
-    """People's archived turns kept between requests, checked against the store's archive
-    mark on each use (so a compaction, a move or a forget is seen at once), at most
-    `max_bytes` of them by `held_bytes`' estimate, least recently used first out."""
+    """People's archived turns (and their vectors) kept between requests, checked against the
+    store's archive mark on each use (so a compaction, a move or a forget is seen at once), at
+    most `max_bytes` of them by `held_bytes`' estimate and the vectors' size, least recently
+    used first out."""
 
     def __init__(self, max_bytes: int = 100 * 2**20) -> None:
         self._max_bytes = max_bytes
@@ -122,7 +130,11 @@ class TurnsCache:
         mark: tuple[int, int, int],
         load: Callable[[], list[Message]],
         window: int,
+        dim: int = 0,
     ) -> PersonTurns:
+        """The person's entry when the store's mark is the one it was built at; else built
+        again (terms and vectors of turns it held carried over). `dim`: the vectors' size, in
+        the memory each turn is counted for."""
         with self._lock:
             cached = self._people.get(key)
             if cached is not None and cached[0] == mark and cached[1].window == window:
@@ -135,7 +147,13 @@ class TurnsCache:
             else None
         )
         person = PersonTurns.build(turns, window, known)
-        size = held_bytes(turns)
+        if cached is not None:
+            before = cached[1]
+            if before.vectors is not None:
+                person.previous = (before.vectors, before.position)
+            elif before.previous is not None:
+                person.previous = before.previous
+        size = held_bytes(turns) + vector_bytes(len(turns), dim)
         with self._lock:
             old = self._people.pop(key, None)
             if old is not None:

@@ -8,6 +8,7 @@ import logging
 
 from server.errors import InvalidInput, PersonBusyError, PersonNotFound, SamePhone
 from server.excerpts import TurnsCache
+from server.fact_vectors import FactsCache
 from server.hooks import Hooks
 from server.indexer import Indexer
 from server.locks import KeyedLocks
@@ -30,12 +31,14 @@ class PersonMoves:
         people: KeyedLocks,
         turns: TurnsCache,
         hooks: Hooks,
+        facts: FactsCache | None = None,
     ) -> None:
         self._store = store
         self._hooks = hooks
         self._indexer = indexer
         self._people = people
         self._turns = turns
+        self._facts = facts
 
     def move_person(self, agent: str, old: str, new: str, *, actor: str) -> PersonMove:
         """Everything stored about the person under `old` moves to `new` (merged with what
@@ -56,8 +59,10 @@ class PersonMoves:
                 raise PersonNotFound(str(exc)) from exc
             except PersonBusy as exc:
                 raise PersonBusyError(str(exc)) from exc
-            self._turns.drop(agent, old)
-            self._turns.drop(agent, new)
+            for phone in (old, new):
+                self._turns.drop(agent, phone)
+                if self._facts is not None:
+                    self._facts.drop(agent, phone)
         self._hooks.reach("move.committed")
         self._settle(PendingMove(agent, old, new))
         log.info(

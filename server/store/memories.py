@@ -176,6 +176,16 @@ class MemoryQueries(Queries):
         )
         return int(row["n"]) if row is not None else 0
 
+    def current_fact_texts(self, agent: str, phone: str) -> list[tuple[str, str]]:
+        """(id, content) of a person's approved memories true now, by id: what a context's
+        facts search weighs, and what its copy in memory is checked against."""
+        rows = self._reader().execute(
+            "SELECT id, content FROM memories WHERE agent = ? AND phone = ?"
+            " AND status = 'approved' AND invalid_at IS NULL ORDER BY id",
+            (agent, phone),
+        )
+        return [(str(r["id"]), str(r["content"])) for r in rows]
+
     def agent_memories(self, agent: str, phone: str | None) -> list[Memory]:
         """All memories of an agent, or of one person of it."""
         rows = self._reader().execute(
