@@ -334,24 +334,20 @@ class MemoryService:
         facts: list[FactHit]
         excerpts: list[ExcerptHit] = []
         if query:
-            # Excerpts search without the person's name (server/words.py): the turns that
-            # say it are greetings. Facts keep the question as asked (they name the person
-            # as the question does). Both embeddings and the keyword half run at once.
+            # One embedding per request: the question without the names the chat calls its
+            # people by (server/words.py), for excerpts (the turns that say a name are
+            # greetings) and facts alike (every fact of the person is about her, so her name
+            # tells none of them apart). It and the keyword half run at once.
             person = self.person_turns(agent, phone)
             excerpt_query, side = self._person_query(person, stored_name, query)
             encoder = self._indexer.space.encoder
-            embedding = self._searches.submit(lambda: encoder.encode_query([query])[0])
-            excerpt_embedding = (
-                self._searches.submit(lambda: encoder.encode_query([excerpt_query])[0])
-                if excerpt_query != query
-                else embedding
-            )
+            embedding = self._searches.submit(lambda: encoder.encode_query([excerpt_query])[0])
             pending_excerpts = self._searches.submit(
                 self.find_excerpts,
                 agent,
                 phone,
                 person,
-                excerpt_embedding.result,
+                embedding.result,
                 excerpt_query,
                 k=_pick(request.excerpt_k, config.excerpt_k),
                 budget_chars=_pick(request.excerpt_budget_chars, config.excerpt_budget_chars),
@@ -529,6 +525,7 @@ class MemoryService:
             lambda: self._store.archived_turns(agent, phone),
             self._settings.turn_window,
             index.dim,
+            lambda after: self._store.archived_turns_after(agent, phone, after),
         )
         self._with_vectors(agent, phone, person)
         return person

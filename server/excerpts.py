@@ -22,7 +22,15 @@ from itertools import chain
 
 from server.store.records import Message
 from server.turn_vectors import TurnVectors, vector_bytes
-from server.words import is_short, learn_addressees, learn_names, terms_of_many
+from server.words import (
+    addressees_from,
+    is_short,
+    lower_words,
+    names_from,
+    said_to_sides,
+    terms_of_many,
+    vocative_counts,
+)
 
 # BM25's usual constants (those of the full-text index).
 K1 = 1.2
@@ -53,6 +61,10 @@ class PersonTurns:
     short: list[bool] = field(default_factory=list)
     _postings: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # term: (i, tf)
     _lengths: list[int] = field(default_factory=list)
+    # What names are learned from, added up turn by turn (server/words.py).
+    _said: Counter[str] = field(default_factory=Counter)
+    _lower: set[str] = field(default_factory=set)
+    _said_to: dict[str, Counter[str]] = field(default_factory=dict)
     # Their stored vectors, row i for turn i (server/turn_vectors.py), filled on first use
     # under `lock`; `previous` holds the replaced entry's vectors and rows (message id: row)
     # until then, so that only turns new to the cache are read from the index.
@@ -65,26 +77,87 @@ class PersonTurns:
         cls, turns: list[Message], window: int, known: dict[int, list[str]] | None = None
     ) -> PersonTurns:
         known = known or {}
-        person = cls(turns=turns, window=window)
+        person = cls(turns=[], window=window)
         unknown = [m for m in turns if m.id not in known]
         found = dict(
             zip((m.id for m in unknown), terms_of_many([m.content for m in unknown]), strict=True)
         )
-        person.terms = [known[m.id] if m.id in known else found[m.id] for m in turns]
-        person.position = {m.id: i for i, m in enumerate(turns)}
-        person.names = learn_names([m.content for m in turns])
-        person.addressees = learn_addressees([(m.role, m.content) for m in turns], person.names)
-        person.short = [is_short(m.content) for m in turns]
-        n = len(turns)
-        for i in range(n):
-            around = person.terms[max(0, i - window) : min(n, i + window + 1)]
-            if window:
-                around.append(person.terms[i])  # its own words weigh double, as in the index
-            doc = Counter(chain.from_iterable(around))
-            person._lengths.append(sum(len(t) for t in around))
-            for term, tf in doc.items():
-                person._postings.setdefault(term, []).append((i, tf))
+        person._append(turns, [known[m.id] if m.id in known else found[m.id] for m in turns])
         return person
+
+    def extended(self, newer: list[Message]) -> PersonTurns:
+        """A copy with these newer turns after the others (an archive): only they are read,
+        and the postings of the last `window` turns before them, whose keyword documents now
+        reach into them. This entry is left as it is (requests may be reading it)."""
+        person = PersonTurns(
+            turns=list(self.turns),
+            window=self.window,
+            terms=list(self.terms),
+            position=dict(self.position),
+            short=list(self.short),
+            _postings=dict(self._postings),  # lists replaced, never changed, where touched
+            _lengths=list(self._lengths),
+            _said=Counter(self._said),
+            _lower=set(self._lower),
+            _said_to={side: Counter(c) for side, c in self._said_to.items()},
+        )
+        person._append(newer, terms_of_many([m.content for m in newer]))
+        return person
+
+    def _append(self, newer: list[Message], newer_terms: list[list[str]]) -> None:
+        """Add turns after the ones held: their terms, names and postings."""
+        start = len(self.turns)
+        self.turns.extend(newer)
+        self.terms.extend(newer_terms)
+        for i, m in enumerate(newer, start):
+            self.position[m.id] = i
+        self.short.extend(is_short(m.content) for m in newer)
+        texts = [m.content for m in newer]
+        self._said.update(vocative_counts(texts))
+        self._lower |= lower_words(texts)
+        for side, counts in said_to_sides([(m.role, m.content) for m in newer]).items():
+            self._said_to.setdefault(side, Counter()).update(counts)
+        self.names = names_from(self._said, self._lower)
+        self.addressees = addressees_from(self._said_to, self.names)
+        # The documents of the last `window` turns held reach into the new ones: counted
+        # again. Every list of postings touched is a new list.
+        touched: dict[str, list[tuple[int, int]]] = {}
+
+        def postings(term: str) -> list[tuple[int, int]]:
+            if term not in touched:
+                touched[term] = list(self._postings.get(term, ()))
+            return touched[term]
+
+        redo = range(max(0, start - self.window), start)
+        for term in {t for i in redo for t in self._document(i, start)}:
+            kept = postings(term)  # in order of turn: the ones counted again are at its end
+            while kept and kept[-1][0] >= redo.start:
+                kept.pop()
+        self._lengths = self._lengths[: redo.start]
+        n = len(self.turns)
+        for i in range(redo.start, n):
+            doc, length = self._document(i, n), self._length(i, n)
+            self._lengths.append(length)
+            for term, tf in doc.items():
+                postings(term).append((i, tf))
+        for term, kept in touched.items():
+            if kept:
+                self._postings[term] = kept
+            else:
+                self._postings.pop(term, None)
+
+    def _around(self, i: int, n: int) -> list[list[str]]:
+        around = self.terms[max(0, i - self.window) : min(n, i + self.window + 1)]
+        if self.window:
+            around.append(self.terms[i])  # its own words weigh double, as in the index
+        return around
+
+    def _document(self, i: int, n: int) -> Counter[str]:
+        """Turn i's keyword document when the person had n turns."""
+        return Counter(chain.from_iterable(self._around(i, n)))
+
+    def _length(self, i: int, n: int) -> int:
+        return sum(len(t) for t in self._around(i, n))
 
     def bm25(self, query_terms: Sequence[str], k: int) -> list[tuple[int, float]]:
         """(message id, BM25) of the best k turns for these terms, best first; a turn is read
@@ -131,22 +204,29 @@ class TurnsCache:
         load: Callable[[], list[Message]],
         window: int,
         dim: int = 0,
+        load_after: Callable[[int], list[Message]] | None = None,
     ) -> PersonTurns:
         """The person's entry when the store's mark is the one it was built at; else built
-        again (terms and vectors of turns it held carried over). `dim`: the vectors' size, in
-        the memory each turn is counted for."""
+        again (terms and vectors of turns it held carried over), or extended with the turns
+        an archive added (`load_after(id)`: the archived turns after that id) when that is
+        all that changed. `dim`: the vectors' size, in the memory each turn is counted for."""
         with self._lock:
             cached = self._people.get(key)
             if cached is not None and cached[0] == mark and cached[1].window == window:
                 self._people.move_to_end(key)
                 return cached[1]
-        turns = load()
-        known = (
-            {m.id: t for m, t in zip(cached[1].turns, cached[1].terms, strict=True)}
-            if cached is not None
-            else None
-        )
-        person = PersonTurns.build(turns, window, known)
+        person = None
+        if cached is not None and load_after is not None and cached[1].window == window:
+            person = _after_an_archive(cached[0], cached[1], mark, load_after)
+        if person is None:
+            turns = load()
+            known = (
+                {m.id: t for m, t in zip(cached[1].turns, cached[1].terms, strict=True)}
+                if cached is not None
+                else None
+            )
+            person = PersonTurns.build(turns, window, known)
+        turns = person.turns
         if cached is not None:
             before = cached[1]
             if before.vectors is not None:
@@ -178,6 +258,24 @@ class TurnsCache:
         """The estimated bytes held now."""
         with self._lock:
             return self._held
+
+
+def _after_an_archive(
+    held: tuple[int, int, int],
+    person: PersonTurns,
+    mark: tuple[int, int, int],
+    load_after: Callable[[int], list[Message]],
+) -> PersonTurns | None:
+    """The cached entry extended with the turns an archive added, when the store's mark
+    says nothing else changed (the same oldest turn, and the count grown by exactly those);
+    None: build it again from all of them (a retention, a move, a forget)."""
+    count, lowest, highest = held
+    if not person.turns or mark[1] != lowest or mark[0] <= count or mark[2] <= highest:
+        return None
+    newer = load_after(highest)
+    if count + len(newer) != mark[0] or not newer or newer[-1].id != mark[2]:
+        return None
+    return person.extended(newer)
 
 
 # What a cached turn costs, measured with tracemalloc on the support and multilingual chats

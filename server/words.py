@@ -141,15 +141,25 @@ def vocatives(text: str) -> Iterable[str]:
 
 def learn_names(texts: Sequence[str]) -> frozenset[str]:
     """Folded names the people in a chat call each other by (see the module's docstring)."""
-    said = Counter(name for text in texts for name in vocatives(text))
-    if not said:
-        return frozenset()
-    candidates = {name for name, n in said.items() if n >= NAME_MIN_VOCATIVES}
-    if not candidates:
-        return frozenset()
+    return names_from(vocative_counts(texts), lower_words(texts))
+
+
+def vocative_counts(texts: Sequence[str]) -> Counter[str]:
+    """How often each folded word is said as a vocative in these texts."""
+    return Counter(name for text in texts for name in vocatives(text))
+
+
+def lower_words(texts: Sequence[str]) -> set[str]:
+    """The words these texts write in lower case, folded (a name is never written so)."""
     lower = {w for text in texts for w in _WORD.findall(text) if w.islower()}
-    written_lower = {w if w.isascii() else fold(w) for w in lower}
-    return frozenset(candidates - written_lower)
+    return {w if w.isascii() else fold(w) for w in lower}
+
+
+def names_from(said: Counter[str], lower: set[str]) -> frozenset[str]:
+    """The learned names of a chat from its vocative counts and its lower-case words: both
+    add up turn by turn, so a cache extends them with new turns alone."""
+    candidates = {name for name, n in said.items() if n >= NAME_MIN_VOCATIVES}
+    return frozenset(candidates - lower)
 
 
 def learn_addressees(
@@ -159,17 +169,29 @@ def learn_addressees(
     turns: a name said as a vocative in the assistant's turns is the user's ("Que descanses,
     Carmen"), one said in the user's turns the assistant's. A name said to both sides as
     often belongs to neither."""
-    if not names:
-        return {}
+    return addressees_from(said_to_sides(turns), names)
+
+
+def said_to_sides(turns: Sequence[tuple[str, str]]) -> dict[str, Counter[str]]:
+    """How often each folded word is said as a vocative to each side (user, assistant)."""
     said_to: dict[str, Counter[str]] = {"user": Counter(), "assistant": Counter()}
     for role, text in turns:
         to = "assistant" if role == "user" else "user" if role == "assistant" else None
         if to is not None:
-            said_to[to].update(name for name in vocatives(text) if name in names)
+            said_to[to].update(vocatives(text))
+    return said_to
+
+
+def addressees_from(
+    said_to: dict[str, Counter[str]], names: frozenset[str]
+) -> dict[str, frozenset[str]]:
+    """learn_addressees from the counts of said_to_sides (which add up turn by turn)."""
+    if not names:
+        return {}
     user, assistant = said_to["user"], said_to["assistant"]
     return {
-        "user": frozenset(n for n in user if user[n] > assistant[n]),
-        "assistant": frozenset(n for n in assistant if assistant[n] > user[n]),
+        "user": frozenset(n for n in user if n in names and user[n] > assistant[n]),
+        "assistant": frozenset(n for n in assistant if n in names and assistant[n] > user[n]),
     }
 
 

@@ -130,6 +130,16 @@ class MessageQueries(Queries):
         )
         return [message_of(r) for r in rows]
 
+    def archived_turns_after(self, agent: str, phone: str, after_id: int) -> list[Message]:
+        """The person's archived turns newer than `after_id`, oldest first: what an archive
+        added to a copy of the rest."""
+        rows = self._reader().execute(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE agent = ? AND phone = ?"
+            " AND archived = 1 AND id > ? ORDER BY id",
+            (agent, phone, after_id),
+        )
+        return [message_of(r) for r in rows]
+
     def archive_mark(self, agent: str, phone: str) -> tuple[int, int, int]:
         """(count, lowest id, highest id) of the person's archived turns: it changes whenever
         that set does (turns are archived, moved in, or erased), so a copy can be checked

@@ -3,6 +3,7 @@ from LanceDB, finds what the index would, and after an archive reads only the ne
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -10,7 +11,9 @@ import pytest
 
 from embeddings.index import VectorIndex
 from server.conversation import MemoryService
+from server.excerpts import PersonTurns
 from server.fact_vectors import PersonFacts
+from server.store.records import Message
 from tests.conftest import AGENT, PHONE, Api, admin
 
 TOPICS = ["paella", "Lisbon", "the dentist", "a red bicycle", "the piano", "tax forms"]
@@ -105,7 +108,15 @@ def test_after_an_archive_only_the_new_turns_are_read(
     reads.clear()
     chat(api, 45, 25)  # more than 40 waiting again: another archive
     api.index()
+    store = api.services.memory._store
+    loads: list[str] = []
+    for name in ("archived_turns", "archived_turns_after"):
+        original = getattr(store, name)
+        monkeypatch.setattr(
+            store, name, lambda *a, _n=name, _o=original: (loads.append(_n), _o(*a))[1]
+        )
     api.context(query="paella", excerpt_mode="semantic")
+    assert loads == ["archived_turns_after"], "the cache was extended, not built again"
     person = api.services.memory.person_turns(AGENT, PHONE)
     assert person is not None and len(person.turns) > len(before)
     new = {f"turn:{m.id}" for m in person.turns if m.id not in before}
@@ -205,3 +216,48 @@ def test_facts_are_searched_in_memory_and_a_change_is_read_at_once(
     assert newer.status_code == 201, newer.text
     now = [i for i, _ in facts_of(api, "she moved to Cádiz")]
     assert ids[2] not in now and newer.json()["id"] == now[0]
+
+
+WORDS = ["paella", "Lisbon", "dentist", "bicycle", "piano", "taxes", "hola", "gracias", "the"]
+GREETINGS = ["Hola Carmen, ¿qué tal?", "Thanks, Diego!", "Que descanses, Carmen", "ok carmen"]
+
+
+def _turns(rng: random.Random, start: int, n: int) -> list[Message]:
+    out = []
+    for i in range(start, start + n):
+        if rng.random() < 0.2:
+            text = rng.choice(GREETINGS)
+        else:
+            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 12)))
+        role = "user" if rng.random() < 0.5 else "assistant"
+        created = f"2026-01-01T00:00:{i % 60:02d}Z"
+        out.append(Message(i, AGENT, PHONE, None, None, role, text, created, True))
+    return out
+
+
+@pytest.mark.no_database
+@pytest.mark.parametrize("window", [0, 1, 2])
+def test_a_cache_extended_by_an_archive_is_the_cache_built_from_all_its_turns(
+    window: int,
+) -> None:
+    """Issue 42's incremental cache: extending by the turns each archive adds, again and
+    again, gives what building from every turn gives: BM25, names, sides, short turns."""
+    rng = random.Random(window)
+    turns = _turns(rng, 1, 30)
+    person = PersonTurns.build(turns, window)
+    for _ in range(8):
+        newer = _turns(rng, len(turns) + 1, rng.randint(1, 25))
+        turns = turns + newer
+        before = person
+        snapshot = (list(before.turns), dict(before._postings), list(before._lengths))
+        person = person.extended(newer)
+        assert (list(before.turns), dict(before._postings), list(before._lengths)) == snapshot
+        built = PersonTurns.build(turns, window)
+        assert person.names == built.names and person.addressees == built.addressees
+        assert person.short == built.short and person.position == built.position
+        assert person._lengths == built._lengths
+        assert {t: sorted(p) for t, p in person._postings.items()} == {
+            t: sorted(p) for t, p in built._postings.items()
+        }
+        for query in (["paella"], ["piano", "taxes"], ["carmen"], ["the", "lisbon"]):
+            assert person.bm25(query, 10) == built.bm25(query, 10)
