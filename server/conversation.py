@@ -39,7 +39,7 @@ from server.store import (
     Store,
     Summary,
 )
-from server.turn_vectors import TurnVectors, read_turn_vectors
+from server.turn_vectors import TurnVectors, read_turn_vectors, space_key
 from server.validation import one_line
 from server.words import name_words, named_side, proper_name_words, terms, without_names
 
@@ -480,8 +480,7 @@ class MemoryService:
 
     def _space_key(self) -> str:
         """Which model's table the vectors in memory were read from."""
-        index = self._indexer.space.index
-        return f"{index.location}|{index.name}"
+        return space_key(self._indexer.space.index)
 
     def search_excerpts(
         self,
@@ -549,7 +548,13 @@ class MemoryService:
                 else person.previous or (None, None)
             )
             person.vectors = read_turn_vectors(
-                space.index, key, [m.id for m in person.turns], (agent, phone), known, rows
+                space.index,
+                key,
+                [m.id for m in person.turns],
+                (agent, phone),
+                known,
+                rows,
+                self._indexer.recent,
             )
             person.previous = None
 

@@ -23,13 +23,13 @@ from itertools import chain
 from server.store.records import Message
 from server.turn_vectors import TurnVectors, vector_bytes
 from server.words import (
+    ADDRESSED,
     addressees_from,
     is_short,
     lower_words,
     names_from,
-    said_to_sides,
     terms_of_many,
-    vocative_counts,
+    vocatives,
 )
 
 # BM25's usual constants (those of the full-text index).
@@ -64,7 +64,9 @@ class PersonTurns:
     # What names are learned from, added up turn by turn (server/words.py).
     _said: Counter[str] = field(default_factory=Counter)
     _lower: set[str] = field(default_factory=set)
-    _said_to: dict[str, Counter[str]] = field(default_factory=dict)
+    _said_to: dict[str, Counter[str]] = field(
+        default_factory=lambda: {"user": Counter(), "assistant": Counter()}
+    )
     # Their stored vectors, row i for turn i (server/turn_vectors.py), filled on first use
     # under `lock`; `previous` holds the replaced entry's vectors and rows (message id: row)
     # until then, so that only turns new to the cache are read from the index.
@@ -112,11 +114,15 @@ class PersonTurns:
         for i, m in enumerate(newer, start):
             self.position[m.id] = i
         self.short.extend(is_short(m.content) for m in newer)
-        texts = [m.content for m in newer]
-        self._said.update(vocative_counts(texts))
-        self._lower |= lower_words(texts)
-        for side, counts in said_to_sides([(m.role, m.content) for m in newer]).items():
-            self._said_to.setdefault(side, Counter()).update(counts)
+        self._lower |= lower_words([m.content for m in newer])
+        for m in newer:  # as vocative_counts and said_to_sides count, each turn read once
+            said = list(vocatives(m.content))
+            if not said:
+                continue
+            self._said.update(said)
+            to = ADDRESSED.get(m.role)
+            if to is not None:
+                self._said_to.setdefault(to, Counter()).update(said)
         self.names = names_from(self._said, self._lower)
         self.addressees = addressees_from(self._said_to, self.names)
         # The documents of the last `window` turns held reach into the new ones: counted

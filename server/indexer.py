@@ -33,6 +33,7 @@ from server.serving import ACTIVE_MODEL as ACTIVE_MODEL  # (defined where no mod
 from server.serving import ACTIVE_TABLE as ACTIVE_TABLE
 from server.store import Memory, Message, OutboxItem, PendingMove, Store, Summary
 from server.store.leases import Lease
+from server.turn_vectors import RecentVectors, space_key
 
 log = logging.getLogger(__name__)
 
@@ -325,6 +326,8 @@ class Indexer:
         self._before_ack = before_ack
         self._switch_to = switch_to
         self._window = turn_window
+        # Turn vectors written last, for the first context after an archive (turn_vectors.py).
+        self.recent = RecentVectors()
         # One batch, purge or switch at a time, in this process and across processes on the
         # same index folder (a CLI forget or reindex): reading SQLite's state and writing it to
         # LanceDB happen under it together, so a forget elsewhere never falls in between.
@@ -520,6 +523,7 @@ class Indexer:
         vectors = self._vectors(self.space, rows, embedded)
         index.upsert(rows, vectors)
         index.delete_ids(gone)
+        self.recent.put(space_key(index), rows, vectors)
         if (building := self.building) is not None:
             building.index.upsert(rows, self._vectors(building, rows, {}))
             building.index.delete_ids(gone)
@@ -619,8 +623,10 @@ class Indexer:
             for name in table_names(index.location):
                 if name != index.name:
                     purge_person_from_table(index.location, name, agent, phone)
-            # The query cache holds recent texts; a forgotten person's must not linger.
+            # The query cache holds recent texts; a forgotten person's must not linger, nor
+            # the vectors of their turns written last.
             self.space.encoder.clear()
+            self.recent.drop_person(agent, phone)
             return removed
 
     def leave_number(self, agent: str, phone: str) -> int:

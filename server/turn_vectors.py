@@ -12,13 +12,68 @@ a move, a forget or a retention on any replica is seen at once."""
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
-from embeddings.index import VectorIndex
+from embeddings.index import IndexRow, VectorIndex
+
+# Turn vectors the indexer wrote last, kept for the next context of their person (an archive
+# rewrites every turn it archives: the first context after it then reads none from the index).
+RECENT_MAX = 10_000
+
+
+def space_key(index: VectorIndex) -> str:
+    """Which model's table vectors were read from or written to."""
+    return f"{index.location}|{index.name}"
+
+
+class RecentVectors:
+    """The turn vectors the indexer wrote last (at most RECENT_MAX, oldest first out), by row
+    id, with their person: what the first context after an archive would otherwise read back
+    from the index. A forget drops its person's at once."""
+
+    def __init__(self, size: int = RECENT_MAX) -> None:
+        self._size = size
+        self._held: OrderedDict[str, tuple[str, tuple[str, str], NDArray[np.float32]]] = (
+            OrderedDict()
+        )
+        self._lock = threading.Lock()
+
+    def put(self, space: str, rows: Sequence[IndexRow], vectors: NDArray[np.float32]) -> None:
+        if self._size <= 0:
+            return
+        with self._lock:
+            for row, vector in zip(rows, vectors, strict=True):
+                if row.kind != "turn":
+                    continue
+                self._held[row.id] = (space, (row.agent, row.phone), np.array(vector))
+                self._held.move_to_end(row.id)
+            while len(self._held) > self._size:
+                self._held.popitem(last=False)
+
+    def get(self, space: str, ids: Sequence[str]) -> dict[str, NDArray[np.float32]]:
+        with self._lock:
+            out = {}
+            for row_id in ids:
+                held = self._held.get(row_id)
+                if held is not None and held[0] == space:
+                    out[row_id] = held[2]
+            return out
+
+    def drop_person(self, agent: str, phone: str) -> None:
+        with self._lock:
+            for row_id in [k for k, v in self._held.items() if v[1] == (agent, phone)]:
+                del self._held[row_id]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._held)
+
 
 # Reading a person's turns by id is one IN (...) filter; past this many missing, a filter on
 # the person reads them all at once instead (the same scan, no list of ids to parse).
@@ -76,20 +131,31 @@ def read_turn_vectors(
     person: tuple[str, str],
     known: TurnVectors | None,
     known_rows: dict[int, int] | None = None,
+    recent: RecentVectors | None = None,
 ) -> TurnVectors:
     """Vectors for these turns of a person (agent, phone), in order: those `known` holds (of
-    the same space, found by message id through `known_rows`) carried over, the rest read
-    from the index in one read (none when nothing is missing)."""
+    the same space, found by message id through `known_rows`) carried over, then those the
+    indexer just wrote (`recent`), the rest read from the index in one read (none when
+    nothing is missing)."""
     n, dim = len(message_ids), index.dim
     matrix = np.zeros((n, dim), dtype=np.float32)
     present = np.zeros(n, dtype=bool)
     if known is not None and known.space == space and known_rows:
-        for i, message_id in enumerate(message_ids):
-            row = known_rows.get(message_id)
-            if row is not None and known.present[row]:
-                matrix[i] = known.matrix[row]
-                present[i] = True
+        rows = np.fromiter((known_rows.get(m, -1) for m in message_ids), dtype=np.int64, count=n)
+        held = rows >= 0
+        held[held] = known.present[rows[held]]
+        matrix[held] = known.matrix[rows[held]]
+        present[held] = True
     missing = [i for i in range(n) if not present[i]]
+    if missing and recent is not None:
+        written = recent.get(space, [f"turn:{message_ids[i]}" for i in missing])
+        for i in missing:
+            vector = written.get(f"turn:{message_ids[i]}")
+            if vector is not None:
+                norm = float(np.linalg.norm(vector))
+                matrix[i] = vector / norm if norm > 0 else vector
+                present[i] = True
+        missing = [i for i in missing if not present[i]]
     if missing:
         if len(missing) <= BY_ID_MAX:
             stored = index.vectors([f"turn:{message_ids[i]}" for i in missing])

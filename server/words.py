@@ -172,11 +172,15 @@ def learn_addressees(
     return addressees_from(said_to_sides(turns), names)
 
 
+# The side a turn's vocatives address: the other one.
+ADDRESSED = {"user": "assistant", "assistant": "user"}
+
+
 def said_to_sides(turns: Sequence[tuple[str, str]]) -> dict[str, Counter[str]]:
     """How often each folded word is said as a vocative to each side (user, assistant)."""
     said_to: dict[str, Counter[str]] = {"user": Counter(), "assistant": Counter()}
     for role, text in turns:
-        to = "assistant" if role == "user" else "user" if role == "assistant" else None
+        to = ADDRESSED.get(role)
         if to is not None:
             said_to[to].update(vocatives(text))
     return said_to

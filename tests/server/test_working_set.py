@@ -14,6 +14,7 @@ from server.conversation import MemoryService
 from server.excerpts import PersonTurns
 from server.fact_vectors import PersonFacts
 from server.store.records import Message
+from server.turn_vectors import RecentVectors, space_key
 from tests.conftest import AGENT, PHONE, Api, admin
 
 TOPICS = ["paella", "Lisbon", "the dentist", "a red bicycle", "the piano", "tax forms"]
@@ -84,7 +85,8 @@ def test_a_seen_person_is_searched_in_memory_with_what_the_index_would_find(
         patched.setattr(MemoryService, "_ready_vectors", staticmethod(lambda person: None))
         from_index = contexts(api, QUERIES, mode)
     assert reads.calls["search"], "the index answered"
-    assert reads.calls["vectors"] or reads.calls["person_vectors"], "the first request fills it"
+    person = memory.person_turns(AGENT, PHONE)
+    assert person is not None and person.vectors is not None and person.vectors.complete
     reads.refuse = True  # from now on, any read of the index fails the test
     in_memory = contexts(api, QUERIES, mode)
     assert [[i for i, _, _ in c] for c in in_memory] == [[i for i, _, _ in c] for c in from_index]
@@ -95,8 +97,9 @@ def test_a_seen_person_is_searched_in_memory_with_what_the_index_would_find(
     assert memory.person_turns(AGENT, PHONE) is not None
 
 
+@pytest.mark.parametrize("same_process", [True, False])
 def test_after_an_archive_only_the_new_turns_are_read(
-    api: Api, monkeypatch: pytest.MonkeyPatch
+    api: Api, monkeypatch: pytest.MonkeyPatch, same_process: bool
 ) -> None:
     chat(api, 0, 45)
     api.index()
@@ -115,13 +118,18 @@ def test_after_an_archive_only_the_new_turns_are_read(
         monkeypatch.setattr(
             store, name, lambda *a, _n=name, _o=original: (loads.append(_n), _o(*a))[1]
         )
+    if not same_process:  # another replica's indexer archived them: none in memory here
+        api.services.indexer.recent = RecentVectors()
     api.context(query="paella", excerpt_mode="semantic")
     assert loads == ["archived_turns_after"], "the cache was extended, not built again"
     person = api.services.memory.person_turns(AGENT, PHONE)
     assert person is not None and len(person.turns) > len(before)
     new = {f"turn:{m.id}" for m in person.turns if m.id not in before}
     read = [set(ids) for ids in reads.calls["vectors"]]
-    assert read and read[0] == new, "only the turns new to the cache were read"
+    if same_process:  # the indexer that archived them kept what it wrote
+        assert read == [], "nothing read from the index"
+    else:
+        assert read == [new], "only the turns new to the cache were read"
     assert not reads.calls["person_vectors"] and not reads.calls["search"]
     assert person.vectors is not None and person.vectors.complete
 
@@ -150,6 +158,9 @@ def test_a_move_and_a_forget_leave_nothing_of_the_person_in_memory(api: Api) -> 
     assert response.status_code == 200, response.text
     assert memory.person_turns(AGENT, moved) is None
     assert memory.turns_held() == 0
+    index = api.services.indexer.space.index
+    ids = [f"turn:{e['id']}" for e in there]
+    assert api.services.indexer.recent.get(space_key(index), ids) == {}, "no vector lingers"
 
 
 FACTS = [
