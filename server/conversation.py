@@ -550,7 +550,7 @@ class MemoryService:
             person.vectors = read_turn_vectors(
                 space.index,
                 key,
-                [m.id for m in person.turns],
+                person.ids,
                 (agent, phone),
                 known,
                 rows,

@@ -13,6 +13,7 @@ budget lasts; merged into windows where they touch."""
 
 from __future__ import annotations
 
+import heapq
 import math
 import threading
 from collections import Counter, OrderedDict
@@ -67,6 +68,8 @@ class PersonTurns:
     _said_to: dict[str, Counter[str]] = field(
         default_factory=lambda: {"user": Counter(), "assistant": Counter()}
     )
+    ids: list[int] = field(default_factory=list)  # the turns' message ids, in order
+    chars: int = 0  # the characters of all turns
     # Their stored vectors, row i for turn i (server/turn_vectors.py), filled on first use
     # under `lock`; `previous` holds the replaced entry's vectors and rows (message id: row)
     # until then, so that only turns new to the cache are read from the index.
@@ -102,6 +105,8 @@ class PersonTurns:
             _said=Counter(self._said),
             _lower=set(self._lower),
             _said_to={side: Counter(c) for side, c in self._said_to.items()},
+            ids=list(self.ids),
+            chars=self.chars,
         )
         person._append(newer, terms_of_many([m.content for m in newer]))
         return person
@@ -110,6 +115,8 @@ class PersonTurns:
         """Add turns after the ones held: their terms, names and postings."""
         start = len(self.turns)
         self.turns.extend(newer)
+        self.ids.extend(m.id for m in newer)
+        self.chars += sum(len(m.content) for m in newer)
         self.terms.extend(newer_terms)
         for i, m in enumerate(newer, start):
             self.position[m.id] = i
@@ -181,19 +188,21 @@ class PersonTurns:
             for i, tf in postings:
                 norm = K1 * (1 - B + B * self._lengths[i] / average)
                 scores[i] = scores.get(i, 0.0) + idf * tf * (K1 + 1) / (tf + norm)
-        best = sorted(scores.items(), key=lambda s: (-s[1], s[0]))[:k]
+        # the best k without sorting every turn a common word is in
+        best = heapq.nsmallest(k, scores.items(), key=lambda s: (-s[1], s[0]))
         return [(self.turns[i].id, score) for i, score in best]
 
     @property
-    def chars(self) -> int:
-        return sum(len(m.content) for m in self.turns)
+    def held_bytes(self) -> int:
+        """The estimated memory of these turns in the cache (see TURN_BYTES)."""
+        return TURN_BYTES * len(self.turns) + CHAR_BYTES * self.chars
 
 
 class TurnsCache:
     """People's archived turns (and their vectors) kept between requests, checked against the
     store's archive mark on each use (so a compaction, a move or a forget is seen at once), at
-    most `max_bytes` of them by `held_bytes`' estimate and the vectors' size, least recently
-    used first out."""
+    most `max_bytes` of them by PersonTurns.held_bytes' estimate and the vectors' size, least
+    recently used first out."""
 
     def __init__(self, max_bytes: int = 100 * 2**20) -> None:
         self._max_bytes = max_bytes
@@ -239,7 +248,7 @@ class TurnsCache:
                 person.previous = (before.vectors, before.position)
             elif before.previous is not None:
                 person.previous = before.previous
-        size = held_bytes(turns) + vector_bytes(len(turns), dim)
+        size = person.held_bytes + vector_bytes(len(turns), dim)
         with self._lock:
             old = self._people.pop(key, None)
             if old is not None:
@@ -291,11 +300,6 @@ def _after_an_archive(
 # 50,000) let long turns hold gigabytes.
 TURN_BYTES = 1200
 CHAR_BYTES = 60
-
-
-def held_bytes(turns: Sequence[Message]) -> int:
-    """The estimated memory of these turns in the cache."""
-    return sum(TURN_BYTES + CHAR_BYTES * len(m.content) for m in turns)
 
 
 def windows(

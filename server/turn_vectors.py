@@ -16,6 +16,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 from numpy.typing import NDArray
@@ -141,12 +142,12 @@ def read_turn_vectors(
     matrix = np.zeros((n, dim), dtype=np.float32)
     present = np.zeros(n, dtype=bool)
     if known is not None and known.space == space and known_rows:
-        rows = np.fromiter((known_rows.get(m, -1) for m in message_ids), dtype=np.int64, count=n)
+        rows = np.fromiter(map(known_rows.get, message_ids, repeat(-1)), dtype=np.int64, count=n)
         held = rows >= 0
         held[held] = known.present[rows[held]]
         matrix[held] = known.matrix[rows[held]]
         present[held] = True
-    missing = [i for i in range(n) if not present[i]]
+    missing: list[int] = np.flatnonzero(~present).tolist()
     if missing and recent is not None:
         written = recent.get(space, [f"turn:{message_ids[i]}" for i in missing])
         for i in missing:

@@ -7,6 +7,7 @@ import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 
 from embeddings.index import VectorIndex
@@ -272,3 +273,33 @@ def test_a_cache_extended_by_an_archive_is_the_cache_built_from_all_its_turns(
         }
         for query in (["paella"], ["piano", "taxes"], ["carmen"], ["the", "lisbon"]):
             assert person.bm25(query, 10) == built.bm25(query, 10)
+
+
+@pytest.mark.no_database
+def test_the_vectors_written_last_are_capped_and_dropped_with_their_person() -> None:
+    from embeddings.index import IndexRow
+
+    def row(i: int, phone: str, kind: str = "turn") -> IndexRow:
+        return IndexRow(
+            id=f"{kind}:{i}",
+            kind=kind,
+            ref_id=str(i),
+            agent=AGENT,
+            phone=phone,
+            status="archived",
+            type="user",
+            created_at="2026-01-01T00:00:00Z",
+            text="x",
+        )
+
+    recent = RecentVectors(size=3)
+    other = "+14155550123"
+    vectors = np.eye(5, 4, dtype=np.float32)
+    rows = [row(1, PHONE), row(2, other), row(3, PHONE), row(9, PHONE, "fact"), row(4, PHONE)]
+    recent.put("space", rows, vectors)
+    assert len(recent) == 3, "three at most; facts are not kept"
+    ids = ["turn:1", "turn:2", "turn:3", "turn:4"]
+    assert sorted(recent.get("space", ids)) == ["turn:2", "turn:3", "turn:4"]
+    assert recent.get("another model", ids) == {}
+    recent.drop_person(AGENT, PHONE)
+    assert sorted(recent.get("space", ids)) == ["turn:2"]
