@@ -133,26 +133,36 @@ class PersonTurns:
         self.names = names_from(self._said, self._lower)
         self.addressees = addressees_from(self._said_to, self.names)
         # The documents of the last `window` turns held reach into the new ones: counted
-        # again. Every list of postings touched is a new list.
-        touched: dict[str, list[tuple[int, int]]] = {}
-
-        def postings(term: str) -> list[tuple[int, int]]:
-            if term not in touched:
-                touched[term] = list(self._postings.get(term, ()))
-            return touched[term]
-
+        # again, in new lists (an entry that held them may be read right now). The new turns'
+        # postings go at the end of the lists they share with the entry they extend, which
+        # reads none past its own turns (bm25 stops there).
         redo = range(max(0, start - self.window), start)
+        touched: dict[str, list[tuple[int, int]]] = {}
         for term in {t for i in redo for t in self._document(i, start)}:
-            kept = postings(term)  # in order of turn: the ones counted again are at its end
-            while kept and kept[-1][0] >= redo.start:
+            kept = list(self._postings.get(term, ()))
+            while kept and kept[-1][0] >= redo.start:  # in order of turn: theirs are last
                 kept.pop()
+            touched[term] = kept
+
+        def postings(term: str, own: bool) -> list[tuple[int, int]]:
+            """The list to add to: a copy when `own` (an entry of a turn the extended entry
+            holds) or the term is new, else the shared one."""
+            found = touched.get(term)
+            if found is None:
+                shared = self._postings.get(term)
+                if shared is None or own:
+                    found = touched[term] = list(shared or ())
+                else:
+                    found = shared
+            return found
+
         self._lengths = self._lengths[: redo.start]
         n = len(self.turns)
         for i in range(redo.start, n):
             doc, length = self._document(i, n), self._length(i, n)
             self._lengths.append(length)
             for term, tf in doc.items():
-                postings(term).append((i, tf))
+                postings(term, i < start).append((i, tf))
         for term, kept in touched.items():
             if kept:
                 self._postings[term] = kept
@@ -184,8 +194,12 @@ class PersonTurns:
         for term in wanted:
             postings = self._postings[term]
             df = len(postings)
+            while df and postings[df - 1][0] >= n:  # the same: not this entry's turns
+                df -= 1
             idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
             for i, tf in postings:
+                if i >= n:  # a newer entry's turns, at the end of a list it shares
+                    break
                 norm = K1 * (1 - B + B * self._lengths[i] / average)
                 scores[i] = scores.get(i, 0.0) + idf * tf * (K1 + 1) / (tf + norm)
         # the best k without sorting every turn a common word is in
