@@ -89,6 +89,9 @@ class TurnVectors:
     space: str  # the model (and table) the vectors were read from
     matrix: NDArray[np.float32]  # (n, dim), unit rows, zeros where missing
     present: NDArray[np.bool_]
+    # The arrays `matrix` and `present` are the first n rows of (room for later turns)
+    buffer: NDArray[np.float32] | None = None
+    present_buffer: NDArray[np.bool_] | None = None
 
     @property
     def complete(self) -> bool:
@@ -139,9 +142,15 @@ def read_turn_vectors(
     indexer just wrote (`recent`), the rest read from the index in one read (none when
     nothing is missing)."""
     n, dim = len(message_ids), index.dim
-    matrix = np.zeros((n, dim), dtype=np.float32)
-    present = np.zeros(n, dtype=bool)
-    if known is not None and known.space == space and known_rows:
+    same = known is not None and known.space == space and bool(known_rows)
+    if same and known is not None and known_rows and _appended(message_ids, known_rows):
+        # An archive added turns after the ones held: the new rows go after theirs in the
+        # same buffer (grown by doubling), which the entry held reads only up to its own.
+        matrix, present = _grown(known, n)
+    else:
+        matrix = np.zeros((n, dim), dtype=np.float32)
+        present = np.zeros(n, dtype=bool)
+    if same and known is not None and known_rows and not present.any():
         rows = np.fromiter(map(known_rows.get, message_ids, repeat(-1)), dtype=np.int64, count=n)
         held = rows >= 0
         held[held] = known.present[rows[held]]
@@ -168,4 +177,26 @@ def read_turn_vectors(
                 norm = float(np.linalg.norm(vector))
                 matrix[i] = vector / norm if norm > 0 else vector
                 present[i] = True
-    return TurnVectors(space, matrix, present)
+    return TurnVectors(space, matrix, present, matrix.base, present.base)
+
+
+def _appended(message_ids: Sequence[int], known_rows: dict[int, int]) -> bool:
+    """Whether these turns are the ones held (in their rows) and then newer ones."""
+    held = len(known_rows)
+    return held <= len(message_ids) and list(message_ids[:held]) == list(known_rows)
+
+
+def _grown(known: TurnVectors, n: int) -> tuple[NDArray[np.float32], NDArray[np.bool_]]:
+    """Views of n rows over the known entry's buffers, its rows first. A row after them may
+    have been written by another extension of the same entry: the same turn (turns are
+    archived in the order of their ids), so its vector stays. The buffers grow by a quarter,
+    so the memory held is at most that much over what is counted."""
+    held = len(known.present)
+    matrix, present = known.buffer, known.present_buffer
+    if matrix is None or present is None or len(matrix) < n:
+        capacity = n + max(n // 4, 256)
+        matrix = np.zeros((capacity, known.matrix.shape[1]), dtype=np.float32)
+        present = np.zeros(capacity, dtype=bool)
+        matrix[:held] = known.matrix
+        present[:held] = known.present
+    return matrix[:n], present[:n]
