@@ -625,6 +625,19 @@ SUMMARY = {
             ("scale rows", {"floor": 0.0}, "answer on the page"),
         ],
     ),
+    "A context against one query embedding, a person with 100 / 1,000 / 10,000 archived"
+    " turns: context p50 / embedding p50; the first context after an archive / context p50": (
+        Figures(
+            "working_set.json",
+            [
+                *[("rows", {"archived turns": n}, "ratio") for n in (84, 987, 9996)],
+                *[
+                    ("rows", {"archived turns": n}, "after an archive / p50")
+                    for n in (84, 987, 9996)
+                ],
+            ],
+        )
+    ),
     "One client: store a turn over HTTP, p50 ms; a context over HTTP with a large index,"
     " p50 / p99 ms": Figures(
         "vector.onnx.json",
@@ -762,6 +775,11 @@ def _command_problems(row: Row, result: Any) -> list[str]:
     elif script == "bench_vector.py":
         if [m["model"] for m in result] != given["--models"].split(","):
             problems.append(f"the file has models {[m['model'] for m in result]}")
+    elif script == "bench_working_set.py":
+        if result["model"] != given.get("--model", DEFAULT_MODEL):
+            problems.append(f"the file is of {result['model']}")
+        if result["queries"] != int(given.get("--queries", 60)):
+            problems.append(f"the file has {result['queries']} queries")
     else:
         problems.append(f"{script}: no way to tell that it wrote the file")
     return problems
