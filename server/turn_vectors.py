@@ -159,25 +159,35 @@ def read_turn_vectors(
     missing: list[int] = np.flatnonzero(~present).tolist()
     if missing and recent is not None:
         written = recent.get(space, [f"turn:{message_ids[i]}" for i in missing])
-        for i in missing:
-            vector = written.get(f"turn:{message_ids[i]}")
-            if vector is not None:
-                norm = float(np.linalg.norm(vector))
-                matrix[i] = vector / norm if norm > 0 else vector
-                present[i] = True
-        missing = [i for i in missing if not present[i]]
+        missing = _place(matrix, present, missing, message_ids, written)
     if missing:
         if len(missing) <= BY_ID_MAX:
             stored = index.vectors([f"turn:{message_ids[i]}" for i in missing])
         else:
             stored = index.person_vectors(*person, kind="turn")
-        for i in missing:
-            vector = stored.get(f"turn:{message_ids[i]}")
-            if vector is not None:
-                norm = float(np.linalg.norm(vector))
-                matrix[i] = vector / norm if norm > 0 else vector
-                present[i] = True
+        _place(matrix, present, missing, message_ids, stored)
     return TurnVectors(space, matrix, present, matrix.base, present.base)
+
+
+def _place(
+    matrix: NDArray[np.float32],
+    present: NDArray[np.bool_],
+    rows: list[int],
+    message_ids: Sequence[int],
+    found: dict[str, NDArray[np.float32]],
+) -> list[int]:
+    """Put the vectors `found` (by row id) of these rows in place, unit length; the rows
+    still missing."""
+    left = []
+    for i in rows:
+        vector = found.get(f"turn:{message_ids[i]}")
+        if vector is None:
+            left.append(i)
+            continue
+        norm = float(np.linalg.norm(vector))
+        matrix[i] = vector / norm if norm > 0 else vector
+        present[i] = True
+    return left
 
 
 def _appended(message_ids: Sequence[int], known_rows: dict[int, int]) -> bool:
